@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Set up a local virtual environment (first run only) and run the whole test suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+# torch is pinned here (the CPU build on this machine's disk); the package itself asks for a range.
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,torch]' torch==2.13.0
+.venv/bin/python -m ruff check .
+exec .venv/bin/python -m pytest -q "$@"
