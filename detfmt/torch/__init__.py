@@ -1,5 +1,11 @@
-"""Torch adapter: batches as uint8 tensors (torch is imported only here and in detfmt.augment)."""
+"""Torch adapter: batches as uint8 tensors (torch is imported only here and in detfmt.augment).
+
+- `Loader`: threaded, prefetching batches with reusable buffers (the fast path).
+- `DetectionDataset` + `collate`: a map-style Dataset for `DataLoader(num_workers=...)`.
+- `RingDataLoader`: DataLoader workers that fill preallocated shared buffers (no per-batch shm).
+"""
 
 from detfmt.torch.batch import Batch
+from detfmt.torch.loader import Loader
 
-__all__ = ["Batch"]
+__all__ = ["Batch", "Loader"]

@@ -1,0 +1,151 @@
+"""Fill one batch buffer from a dataset: contiguous per-sample copies, never advanced indexing.
+
+This module is numpy-only (torch-free) so the threaded loader and the DataLoader workers share it.
+Raw samples are copied straight from the memmapped blob, or read with ``os.preadv`` into the
+buffer (``io="pread"``: no page faults, the right choice when the blob is not in the page cache).
+Other codecs decode in the calling thread (zstd and libjpeg-turbo release the GIL).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from detfmt.errors import UsageError
+
+__all__ = ["Gatherer", "dataset_path"]
+
+CODEC_RAW = 0
+IO_MODES = ("mmap", "pread")
+
+
+def dataset_path(ds: Any) -> Path:
+    """The dataset directory of an open Dataset (the contract pickles datasets by this path)."""
+    for name in ("path", "root", "directory"):
+        value = getattr(ds, name, None)
+        if value is not None:
+            return Path(value)
+    raise UsageError("the dataset object has no .path; pass a path or a detfmt.open() result")
+
+
+class Gatherer:
+    """Copies or decodes samples of one dataset into (h, w, 3) regions of batch buffers.
+
+    Holds the per-sample tables as plain numpy arrays, a memmap of images.bin and, for
+    ``io="pread"``, one read-only file descriptor (preadv is positional, so threads share it).
+    """
+
+    def __init__(self, ds: Any, io: str = "mmap") -> None:
+        self.fd = -1
+        if io not in IO_MODES:
+            raise UsageError(f"io must be one of {IO_MODES}, got {io!r}")
+        self.ds = ds
+        self.io = io
+        index = ds.index
+        self.offsets = np.asarray(index["offset"], dtype=np.int64)
+        self.nbytes = np.asarray(index["nbytes"], dtype=np.int64)
+        self.codecs = np.asarray(index["codec"], dtype=np.uint8)
+        self.sizes = np.ascontiguousarray(ds.sizes, dtype=np.int32)
+        self.all_raw = bool(len(self.codecs) == 0 or (self.codecs == CODEC_RAW).all())
+        self.fixed = ds.fixed_images
+        self.blob_path = dataset_path(ds) / "images.bin"
+        self.blob = None
+        if len(self.offsets) and os.path.getsize(self.blob_path) > 0:
+            self.blob = np.memmap(self.blob_path, dtype=np.uint8, mode="r")
+        self.fd = os.open(self.blob_path, os.O_RDONLY) if io == "pread" else -1
+        self.max_hw = (
+            (int(self.sizes[:, 0].max()), int(self.sizes[:, 1].max())) if len(self.sizes) else (1, 1)
+        )
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        self.blob = None
+
+    def __del__(self) -> None:
+        if getattr(self, "fd", -1) >= 0:
+            self.close()
+
+    def batch_shape(self, indices: np.ndarray) -> tuple[int, int]:
+        """(Hmax, Wmax) of the samples: the padded batch shape."""
+        if len(indices) == 0:
+            return (1, 1)
+        sizes = self.sizes[indices]
+        return int(sizes[:, 0].max()), int(sizes[:, 1].max())
+
+    def fill(self, indices: np.ndarray, out: np.ndarray, pad_value: int = 0) -> None:
+        """Write samples ``indices`` into ``out`` (B, H, W, 3), zeroing what they leave uncovered.
+
+        Each image goes to the top-left corner of its slot; H and W must cover every image.
+        """
+        if self.fixed is not None and out.shape[1:3] == self.fixed.shape[1:3]:
+            fixed = self.fixed
+            if self.io == "pread":
+                for j, i in enumerate(indices.tolist()):
+                    self._pread(i, out[j])
+            else:
+                for j, i in enumerate(indices.tolist()):
+                    np.copyto(out[j], fixed[i])
+            return
+        height, width = out.shape[1], out.shape[2]
+        sizes = self.sizes
+        for j, i in enumerate(indices.tolist()):
+            h, w = int(sizes[i, 0]), int(sizes[i, 1])
+            slot = out[j]
+            if h < height:
+                slot[h:].fill(pad_value)
+            if w < width:
+                slot[:h, w:].fill(pad_value)
+            self.read_into(i, slot[:h, :w])
+
+    def read_into(self, i: int, dst: np.ndarray) -> None:
+        """One sample into ``dst`` (h, w, 3), possibly a strided view."""
+        if self.codecs[i] != CODEC_RAW:
+            self.ds.decode_into(i, dst)
+        elif self.io == "pread" and dst.flags.c_contiguous:
+            self._pread(i, dst)
+        elif self.io == "pread":
+            tmp = np.empty(dst.shape, np.uint8)
+            self._pread(i, tmp)
+            np.copyto(dst, tmp)
+        else:
+            start = int(self.offsets[i])
+            np.copyto(dst, self.blob[start : start + int(self.nbytes[i])].reshape(dst.shape))
+
+    def _pread(self, i: int, dst: np.ndarray) -> None:
+        view = memoryview(dst).cast("B")
+        offset, total, done = int(self.offsets[i]), int(self.nbytes[i]), 0
+        while done < total:
+            got = os.preadv(self.fd, [view[done:]], offset + done)
+            if got <= 0:
+                from detfmt.errors import DatasetChangedError
+
+                raise DatasetChangedError(
+                    f"images.bin ended at byte {offset + done}, sample needs {offset + total}",
+                    path=self.blob_path, index=i,
+                )
+            done += got
+
+    def advise(self, indices: np.ndarray) -> None:
+        """Ask the kernel to read ahead the byte span of ``indices`` (cold-cache quasi order)."""
+        if self.fd < 0 or len(indices) == 0:
+            return
+        lo = int(self.offsets[indices].min())
+        hi = int((self.offsets[indices] + self.nbytes[indices]).max())
+        try:
+            os.posix_fadvise(self.fd, lo, hi - lo, os.POSIX_FADV_WILLNEED)
+        except (AttributeError, OSError):  # not on every platform; an optimisation only
+            pass
+
+    def labels(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """boxes (B, M', 4) float32, classes (B, M') int32, mask (B, M') bool; M' = max count."""
+        counts = np.asarray(self.ds.counts[indices], dtype=np.int64)
+        m = int(counts.max()) if len(counts) else 0
+        boxes = np.ascontiguousarray(self.ds.boxes[indices, :m], dtype=np.float32)
+        classes = np.ascontiguousarray(self.ds.classes[indices, :m], dtype=np.int32)
+        mask = np.arange(m)[None, :] < counts[:, None]
+        return boxes, classes, mask

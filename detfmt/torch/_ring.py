@@ -1,0 +1,94 @@
+"""A ring of reusable (optionally pinned) batch buffers that never recycles a held buffer.
+
+Allocating a fresh (pinned or shared) buffer per batch costs more than filling it, so buffers are
+reused. A buffer is free again only when nothing outside the ring references its storage: the
+ring compares the storage's use count with the count it had when idle. If the user holds every
+buffer, the ring allocates another one instead of waiting (so ``list(loader)`` cannot deadlock,
+it just uses memory).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+__all__ = ["BufferRing", "Slot", "storage_use_count"]
+
+
+def storage_use_count(tensor: torch.Tensor) -> int:
+    """How many tensors (and numpy arrays made from them) share ``tensor``'s storage."""
+    return int(torch._C._storage_Use_Count(tensor.untyped_storage()._cdata))
+
+
+class Slot:
+    """One flat uint8 buffer, its numpy view, and whether the ring has lent it out."""
+
+    __slots__ = ("array", "busy", "event", "idle_count", "index", "tensor")
+
+    def __init__(self, index: int, capacity: int, pin: bool, shared: bool) -> None:
+        self.index = index
+        self.tensor = torch.empty(capacity, dtype=torch.uint8, pin_memory=pin)
+        if shared:
+            self.tensor.share_memory_()
+        self.array = self.tensor.numpy()
+        self.busy = False
+        self.event: object | None = None  # a CUDA event: the async copy out of this slot
+        self.idle_count = storage_use_count(self.tensor)
+
+    @property
+    def capacity(self) -> int:
+        return int(self.tensor.numel())
+
+    def referenced(self) -> bool:
+        """True while a tensor or array handed out still points into this buffer."""
+        return storage_use_count(self.tensor) > self.idle_count
+
+    def copy_done(self) -> bool:
+        event = self.event
+        return event is None or bool(event.query())  # type: ignore[attr-defined]
+
+
+class BufferRing:
+    """Hands out free slots of at least a given capacity; grows when every slot is held."""
+
+    def __init__(self, capacity: int, pin: bool = False, shared: bool = False) -> None:
+        self.capacity = int(capacity)
+        self.pin = pin
+        self.shared = shared
+        self.slots: list[Slot] = []
+        self._lock = threading.Lock()
+        self.on_grow: Callable[[Slot], None] | None = None
+
+    def acquire(self, min_capacity: int = 0) -> Slot:
+        """A slot nobody references, marked busy until ``release``."""
+        need = max(self.capacity, int(min_capacity))
+        with self._lock:
+            for slot in self.slots:
+                if (
+                    not slot.busy
+                    and slot.capacity >= need
+                    and not slot.referenced()
+                    and slot.copy_done()
+                ):
+                    slot.busy = True
+                    slot.event = None
+                    return slot
+            slot = Slot(len(self.slots), need, self.pin, self.shared)
+            slot.busy = True
+            self.slots.append(slot)
+            if self.on_grow is not None:
+                self.on_grow(slot)
+            return slot
+
+    def release(self, slot: Slot) -> None:
+        """The loader is done with the slot; it is reused once the user drops its tensors."""
+        with self._lock:
+            slot.busy = False
+
+    def view(self, slot: Slot, shape: tuple[int, ...]) -> np.ndarray:
+        """The first prod(shape) bytes of the slot as a C-contiguous uint8 array."""
+        count = int(np.prod(shape))
+        return slot.array[:count].reshape(shape)
