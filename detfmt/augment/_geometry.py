@@ -1,0 +1,191 @@
+"""Geometric modules as matrices, and the engine that fuses consecutive ones into one warp.
+
+Each geometric module draws its parameters from a `GeometryState` (image size, valid regions,
+the boxes as they would be after the earlier fused steps) and turns them into a `Plan`: a
+(B, 3, 3) matrix, the output size and the area factor box filters compare against. The engine
+multiplies the plans, resamples the image once and pushes the original boxes through the
+product once, then clips and filters them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import torch
+
+from detfmt.augment._base import Augmentation, Params, fill_for, image_hw
+from detfmt.augment._matrix import clip_boxes, eye, transform_boxes
+from detfmt.augment._warp import warp_images
+from detfmt.augment.sanitize import BoxChange, BoxRule, drop_boxes, non_empty
+from detfmt.errors import UsageError
+from detfmt.torch.batch import Batch
+
+INTERPOLATIONS = ("bilinear", "nearest")
+
+
+@dataclasses.dataclass(frozen=True)
+class GeometryState:
+    """What a geometric step may look at when it draws parameters.
+
+    Attributes:
+        batch_size: B.
+        image_size: (height, width) of the canvas at this step.
+        sizes: (B, 2) valid (h, w) regions at the top-left, or None for the full canvas.
+        boxes: (B, M, 4) boxes at this step (not clipped), for box-aware steps (IoU crop).
+        mask: (B, M) bool.
+        device: where the images live.
+    """
+
+    batch_size: int
+    image_size: tuple[int, int]
+    sizes: torch.Tensor | None
+    boxes: torch.Tensor
+    mask: torch.Tensor
+    device: torch.device
+
+    @classmethod
+    def of(cls, batch: Batch) -> GeometryState:
+        return cls(
+            batch_size=len(batch),
+            image_size=image_hw(batch.images),
+            sizes=batch.sizes,
+            boxes=batch.boxes.to(torch.float32),
+            mask=batch.mask,
+            device=batch.images.device,
+        )
+
+    def content_hw(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B,) float64 heights and widths of the valid regions."""
+        if self.sizes is None:
+            full = torch.tensor(self.image_size, dtype=torch.float64, device=self.device)
+            full = full.expand(self.batch_size, 2)
+        else:
+            full = self.sizes.to(device=self.device, dtype=torch.float64)
+        return full[:, 0], full[:, 1]
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """One geometric step: source->output matrix (B, 3, 3), output size, area factor (B,)."""
+
+    matrix: torch.Tensor
+    out_size: tuple[int, int]
+    area_scale: torch.Tensor
+
+
+class GeometricTransform(Augmentation):
+    """A geometric module: parameters -> `Plan`; `Compose` fuses runs of these into one warp.
+
+    Attributes:
+        fill: border value on the uint8 scale (114 as Ultralytics).
+        interpolation: "bilinear" or "nearest".
+        box_filter: rule applied after clipping (None: only empty boxes are dropped).
+        affine_only: static promise that the matrix has no perspective row.
+    """
+
+    affine_only: bool = True
+
+    def __init__(
+        self,
+        *,
+        fill: float = 114.0,
+        interpolation: str = "bilinear",
+        box_filter: BoxRule | None = None,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        super().__init__(generator)
+        if interpolation not in INTERPOLATIONS:
+            raise UsageError(
+                f"interpolation must be one of {INTERPOLATIONS}, got {interpolation!r}"
+            )
+        self.fill = float(fill)
+        self.interpolation = interpolation
+        self.box_filter = box_filter
+
+    def sample_geometry(self, state: GeometryState) -> Params:
+        """Draw parameters for the canvas described by ``state``."""
+        return {}
+
+    def plan(self, state: GeometryState, params: Params) -> Plan:
+        """The matrix, output size and area factor for ``params``."""
+        raise NotImplementedError
+
+    def sample(self, batch: Batch) -> Params:
+        return self.sample_geometry(GeometryState.of(batch))
+
+    def apply(self, batch: Batch, params: Params) -> Batch:
+        return apply_geometric(batch, [self], [params])
+
+
+def advance(state: GeometryState, plan: Plan) -> GeometryState:
+    """The state after a step: boxes moved (unclipped), canvas resized, full valid region."""
+    return dataclasses.replace(
+        state,
+        image_size=plan.out_size,
+        sizes=None,
+        boxes=transform_boxes(state.boxes, plan.matrix),
+    )
+
+
+def plan_steps(
+    batch: Batch,
+    steps: Sequence[GeometricTransform],
+    params: Sequence[Params | None] | None = None,
+) -> tuple[Plan, list[Params], list[BoxRule]]:
+    """Draw (or take) each step's parameters and multiply their matrices, last step leftmost."""
+    state = GeometryState.of(batch)
+    matrix = eye(len(batch), state.device)
+    area_scale = torch.ones(len(batch), device=state.device)
+    used: list[Params] = []
+    rules: list[BoxRule] = []
+    for i, step in enumerate(steps):
+        given = params[i] if params is not None else None
+        step_params = given if given is not None else step.sample_geometry(state)
+        plan = step.plan(state, step_params)
+        matrix = plan.matrix.to(torch.float32) @ matrix
+        area_scale = area_scale * plan.area_scale.to(torch.float32)
+        state = advance(state, plan)
+        used.append(step_params)
+        if step.box_filter is not None:
+            rules.append(step.box_filter)
+    return Plan(matrix, state.image_size, area_scale), used, rules
+
+
+def apply_geometric(
+    batch: Batch,
+    steps: Sequence[GeometricTransform],
+    params: Sequence[Params | None] | None = None,
+) -> Batch:
+    """Apply consecutive geometric steps with one resample; stores each step's params.
+
+    The image is resampled once through the product matrix (bilinear if any step asks for
+    it); boxes go through the same product (4 corners -> min/max), are clipped to the output,
+    and are kept where they were valid, are non-empty and pass every step's box filter.
+    """
+    total, used, rules = plan_steps(batch, steps, params)
+    for step, step_params in zip(steps, used, strict=True):
+        step.last_params = step_params
+    interpolation = "bilinear" if any(s.interpolation == "bilinear" for s in steps) else "nearest"
+    images = warp_images(
+        batch.images,
+        total.matrix,
+        total.out_size,
+        fill=fill_for(batch.images, steps[0].fill),
+        interpolation=interpolation,
+        sizes=batch.sizes,
+        affine_only=all(s.affine_only for s in steps),
+    )
+    before = batch.boxes.to(torch.float32)
+    after = transform_boxes(before, total.matrix)
+    clipped = clip_boxes(after, *total.out_size)
+    change = BoxChange(before, after, clipped, total.area_scale, total.out_size)
+    keep = non_empty(clipped)
+    for rule in rules:
+        keep = keep & rule(change)
+    out = drop_boxes(batch, keep, clipped)
+    sizes = None
+    if batch.sizes is not None:
+        sizes = torch.tensor(total.out_size, dtype=batch.sizes.dtype, device=batch.sizes.device)
+        sizes = sizes.expand(len(batch), 2).clone()
+    return out.replace(images=images, sizes=sizes)

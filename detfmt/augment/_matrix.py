@@ -1,0 +1,116 @@
+"""Per-sample 3x3 matrices in continuous pixel coordinates, and boxes pushed through them.
+
+Convention (the only one in detfmt.augment): a point (x, y) is continuous, pixel i spans
+[i, i + 1), so the centre of pixel (u, v) is (u + 0.5, v + 0.5) and an image of width W spans
+[0, W]. A matrix maps source points to output points: ``p_out ~ M @ (x, y, 1)``. Boxes are xyxy
+with x2 exclusive. The image warp samples output pixel centres through ``inv(M)``, so boxes and
+pixels move together exactly.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def eye(batch: int, device: torch.device, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """(B, 3, 3) identities."""
+    return torch.eye(3, device=device, dtype=dtype).expand(batch, 3, 3).clone()
+
+
+def translation(tx: torch.Tensor, ty: torch.Tensor) -> torch.Tensor:
+    """(B, 3, 3) translation by (tx, ty)."""
+    m = eye(tx.shape[0], tx.device, tx.dtype)
+    m[:, 0, 2] = tx
+    m[:, 1, 2] = ty
+    return m
+
+
+def scaling(sx: torch.Tensor, sy: torch.Tensor) -> torch.Tensor:
+    """(B, 3, 3) scaling about the origin."""
+    m = eye(sx.shape[0], sx.device, sx.dtype)
+    m[:, 0, 0] = sx
+    m[:, 1, 1] = sy
+    return m
+
+
+def rotation_scale(degrees: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """``cv2.getRotationMatrix2D(center=(0, 0), angle, scale)`` as (B, 3, 3).
+
+    Positive angles rotate counter-clockwise on screen (y points down), as in OpenCV.
+    """
+    rad = degrees * (math.pi / 180.0)
+    alpha = scale * torch.cos(rad)
+    beta = scale * torch.sin(rad)
+    m = eye(degrees.shape[0], degrees.device, degrees.dtype)
+    m[:, 0, 0] = alpha
+    m[:, 0, 1] = beta
+    m[:, 1, 0] = -beta
+    m[:, 1, 1] = alpha
+    return m
+
+
+def shearing(x_degrees: torch.Tensor, y_degrees: torch.Tensor) -> torch.Tensor:
+    """(B, 3, 3) shear: M[0, 1] = tan(x), M[1, 0] = tan(y) (Ultralytics' S)."""
+    m = eye(x_degrees.shape[0], x_degrees.device, x_degrees.dtype)
+    m[:, 0, 1] = torch.tan(x_degrees * (math.pi / 180.0))
+    m[:, 1, 0] = torch.tan(y_degrees * (math.pi / 180.0))
+    return m
+
+
+def perspective(px: torch.Tensor, py: torch.Tensor) -> torch.Tensor:
+    """(B, 3, 3) with bottom row (px, py, 1) (Ultralytics' P)."""
+    m = eye(px.shape[0], px.device, px.dtype)
+    m[:, 2, 0] = px
+    m[:, 2, 1] = py
+    return m
+
+
+def horizontal_flip(flip: torch.Tensor, width: torch.Tensor | float) -> torch.Tensor:
+    """x' = W - x where ``flip`` is True, identity elsewhere (pixel i -> pixel W - 1 - i)."""
+    m = eye(flip.shape[0], flip.device)
+    sign = torch.where(flip, -1.0, 1.0)
+    m[:, 0, 0] = sign
+    m[:, 0, 2] = torch.where(flip, torch.as_tensor(width, dtype=m.dtype, device=m.device), 0.0)
+    return m
+
+
+def vertical_flip(flip: torch.Tensor, height: torch.Tensor | float) -> torch.Tensor:
+    """y' = H - y where ``flip`` is True, identity elsewhere."""
+    m = eye(flip.shape[0], flip.device)
+    m[:, 1, 1] = torch.where(flip, -1.0, 1.0)
+    m[:, 1, 2] = torch.where(flip, torch.as_tensor(height, dtype=m.dtype, device=m.device), 0.0)
+    return m
+
+
+def box_corners(boxes: torch.Tensor) -> torch.Tensor:
+    """(..., 4) xyxy -> (..., 4, 2) corners x1y1, x2y2, x1y2, x2y1 (Ultralytics' order)."""
+    return boxes[..., [0, 1, 2, 3, 0, 3, 2, 1]].unflatten(-1, (4, 2))
+
+
+def transform_points(points: torch.Tensor, matrix: torch.Tensor) -> torch.Tensor:
+    """Map (B, N, 2) points through (B, 3, 3), with the perspective divide."""
+    ones = torch.ones_like(points[..., :1])
+    homogeneous = torch.cat([points, ones], dim=-1) @ matrix.transpose(1, 2)
+    w = homogeneous[..., 2:3]
+    # Points on or behind the horizon (w <= 0) have no image; keep them finite and far away.
+    w = torch.where(w.abs() < 1e-8, torch.full_like(w, 1e-8), w)
+    return homogeneous[..., :2] / w
+
+
+def transform_boxes(boxes: torch.Tensor, matrix: torch.Tensor) -> torch.Tensor:
+    """(B, M, 4) xyxy through (B, 3, 3): the min/max of the 4 mapped corners (unclipped)."""
+    batch, slots = boxes.shape[:2]
+    corners = box_corners(boxes.to(matrix.dtype)).reshape(batch, slots * 4, 2)
+    mapped = transform_points(corners, matrix).reshape(batch, slots, 4, 2)
+    low = mapped.amin(dim=2)
+    high = mapped.amax(dim=2)
+    return torch.cat([low, high], dim=-1)
+
+
+def clip_boxes(boxes: torch.Tensor, height: int, width: int) -> torch.Tensor:
+    """Clip xyxy to [0, W] x [0, H] (the image's continuous extent)."""
+    x = boxes[..., 0::2].clamp(0.0, float(width))
+    y = boxes[..., 1::2].clamp(0.0, float(height))
+    return torch.stack([x[..., 0], y[..., 0], x[..., 1], y[..., 1]], dim=-1)

@@ -1,0 +1,223 @@
+"""Colour modules and dtype conversion.
+
+`RandomHSV` follows Ultralytics (>= 8.3.79) in OpenCV's 8-bit HSV space (H in [0, 180)):
+hue LUT ``(x + r_h * 180) % 180``, saturation and value LUTs ``clip(x * (1 + r))``, with
+r ~ U(-1, 1) * gains per sample. The RGB<->HSV conversions reproduce OpenCV's uint8 rounding
+in float32 tensors, so results are within a level or two of ``cv2`` (detfmt images are RGB;
+Ultralytics' BGR->HSV on BGR data is the same map).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from detfmt.augment import _random as rnd
+from detfmt.augment._base import Augmentation, Params, check_non_negative, image_hw
+from detfmt.errors import UsageError
+from detfmt.torch.batch import Batch
+
+
+def rgb_to_hsv_opencv(rgb: torch.Tensor) -> torch.Tensor:
+    """(B, 3, H, W) float in 0..255 (integral) -> OpenCV 8-bit HSV (H in [0, 180)), as floats."""
+    r, g, b = rgb.unbind(1)
+    v = torch.maximum(torch.maximum(r, g), b)
+    low = torch.minimum(torch.minimum(r, g), b)
+    diff = v - low
+    s = torch.floor(diff * 255.0 / v.clamp_min(1.0) + 0.5)
+    safe = diff.clamp_min(1.0)
+    h = torch.where(v == r, g - b, torch.where(v == g, b - r + 2.0 * diff, r - g + 4.0 * diff))
+    h = torch.floor(h * (30.0 / safe) + 0.5)
+    h = torch.where(diff == 0, torch.zeros_like(h), h)
+    h = torch.where(h < 0, h + 180.0, h)
+    return torch.stack([h, s, v], dim=1)
+
+
+def hsv_to_rgb_opencv(hsv: torch.Tensor) -> torch.Tensor:
+    """OpenCV 8-bit HSV (floats) -> RGB floats in 0..255 (unrounded)."""
+    h, s, v = hsv.unbind(1)
+    h6 = h * (6.0 / 180.0)
+    sv = v * (s / 255.0)
+    channels = []
+    for n in (5.0, 3.0, 1.0):  # R, G, B
+        k = torch.remainder(n + h6, 6.0)
+        t = torch.clamp(torch.minimum(k, 4.0 - k), 0.0, 1.0)
+        channels.append(v - sv * t)
+    return torch.stack(channels, dim=1)
+
+
+def _to_255(images: torch.Tensor) -> torch.Tensor:
+    if images.dtype == torch.uint8:
+        return images.to(torch.float32)
+    return images.to(torch.float32) * 255.0
+
+
+def _from_255(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    if like.dtype == torch.uint8:
+        return values.round_().clamp_(0, 255).to(torch.uint8)
+    return (values / 255.0).to(like.dtype)
+
+
+def apply_hsv_gains(images: torch.Tensor, gains: torch.Tensor) -> torch.Tensor:
+    """Ultralytics' HSV LUTs with per-sample ``gains`` (B, 3) = r_h, r_s, r_v (no +1)."""
+    rgb = _to_255(images)
+    if images.dtype != torch.uint8:
+        rgb = rgb.round()  # the LUTs are defined on uint8 levels
+    h, s, v = rgb_to_hsv_opencv(rgb).unbind(1)
+    gains = gains.to(torch.float64)
+    shift = (gains[:, 0] * 180.0).to(torch.float32)[:, None, None]
+    sat = (1.0 + gains[:, 1]).to(torch.float32)[:, None, None]
+    val = (1.0 + gains[:, 2]).to(torch.float32)[:, None, None]
+    h = torch.floor(torch.remainder(h + shift, 180.0))
+    s = torch.floor(torch.clamp(s * sat, 0.0, 255.0))
+    v = torch.floor(torch.clamp(v * val, 0.0, 255.0))
+    out = hsv_to_rgb_opencv(torch.stack([h, s, v], dim=1))
+    return _from_255(out, images)
+
+
+class RandomHSV(Augmentation):
+    """Ultralytics ``RandomHSV``: per-sample r ~ U(-1, 1) * (h, s, v); defaults 0.015, 0.7, 0.4."""
+
+    def __init__(
+        self,
+        *,
+        h: float = 0.015,
+        s: float = 0.7,
+        v: float = 0.4,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        super().__init__(generator)
+        self.gains = (
+            check_non_negative("h", h),
+            check_non_negative("s", s),
+            check_non_negative("v", v),
+        )
+
+    def sample(self, batch: Batch) -> Params:
+        device = batch.images.device
+        u = rnd.uniform(self.generator, (len(batch), 3), -1.0, 1.0, device, torch.float64)
+        return {"gains": u * torch.tensor(self.gains, dtype=torch.float64, device=device)}
+
+    def apply(self, batch: Batch, params: Params) -> Batch:
+        image_hw(batch.images)
+        return batch.replace(images=apply_hsv_gains(batch.images, params["gains"]))
+
+
+def _grayscale(rgb: torch.Tensor) -> torch.Tensor:
+    r, g, b = rgb.unbind(1)
+    return (0.299 * r + 0.587 * g + 0.114 * b)[:, None]
+
+
+def _adjust_hue(rgb01: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+    """Shift hue by ``shift`` (B,) turns in float HSV (torchvision ``adjust_hue``)."""
+    r, g, b = rgb01.unbind(1)
+    v = torch.maximum(torch.maximum(r, g), b)
+    low = torch.minimum(torch.minimum(r, g), b)
+    diff = v - low
+    s = torch.where(v > 0, diff / v.clamp_min(1e-12), torch.zeros_like(v))
+    safe = torch.where(diff > 0, diff, torch.ones_like(diff))
+    h = torch.where(
+        v == r, (g - b) / safe, torch.where(v == g, 2.0 + (b - r) / safe, 4.0 + (r - g) / safe)
+    )
+    h = torch.where(diff > 0, h, torch.zeros_like(h)) / 6.0
+    h = torch.remainder(h + shift[:, None, None], 1.0)
+    h6 = h * 6.0
+    channels = []
+    for n in (5.0, 3.0, 1.0):
+        k = torch.remainder(n + h6, 6.0)
+        channels.append(v - v * s * torch.clamp(torch.minimum(k, 4.0 - k), 0.0, 1.0))
+    return torch.stack(channels, dim=1)
+
+
+class ColorJitter(Augmentation):
+    """torchvision ``ColorJitter`` semantics per sample, in the fixed order b, c, s, h.
+
+    Factors: brightness, contrast, saturation ~ U(max(0, 1 - x), 1 + x); hue shift ~ U(-x, x)
+    turns (x <= 0.5). Contrast blends with each image's mean grey, saturation with its grey.
+    """
+
+    def __init__(
+        self,
+        *,
+        brightness: float = 0.0,
+        contrast: float = 0.0,
+        saturation: float = 0.0,
+        hue: float = 0.0,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        super().__init__(generator)
+        self.brightness = check_non_negative("brightness", brightness)
+        self.contrast = check_non_negative("contrast", contrast)
+        self.saturation = check_non_negative("saturation", saturation)
+        self.hue = check_non_negative("hue", hue)
+        if self.hue > 0.5:
+            raise UsageError(f"hue must be in [0, 0.5], got {hue!r}")
+
+    def sample(self, batch: Batch) -> Params:
+        b, dev, g = (len(batch),), batch.images.device, self.generator
+
+        def factor(x: float) -> torch.Tensor:
+            return rnd.uniform(g, b, max(0.0, 1.0 - x), 1.0 + x, dev)
+
+        return {
+            "brightness": factor(self.brightness),
+            "contrast": factor(self.contrast),
+            "saturation": factor(self.saturation),
+            "hue": rnd.uniform(g, b, -self.hue, self.hue, dev),
+        }
+
+    def apply(self, batch: Batch, params: Params) -> Batch:
+        image_hw(batch.images)
+        x = _to_255(batch.images) / 255.0
+        x = (x * params["brightness"][:, None, None, None]).clamp(0.0, 1.0)
+        c = params["contrast"][:, None, None, None]
+        mean = _grayscale(x).mean(dim=(1, 2, 3), keepdim=True)
+        x = (c * x + (1.0 - c) * mean).clamp(0.0, 1.0)
+        sat = params["saturation"][:, None, None, None]
+        x = (sat * x + (1.0 - sat) * _grayscale(x)).clamp(0.0, 1.0)
+        if self.hue > 0:
+            x = _adjust_hue(x, params["hue"])
+        return batch.replace(images=_from_255(x * 255.0, batch.images))
+
+
+class ToFloat(Augmentation):
+    """uint8 -> ``dtype`` (float32 or float16) scaled by ``scale`` (1/255: values in [0, 1])."""
+
+    def __init__(self, *, dtype: torch.dtype = torch.float32, scale: float = 1.0 / 255.0) -> None:
+        super().__init__()
+        if not dtype.is_floating_point:
+            raise UsageError(f"dtype must be a floating dtype, got {dtype}")
+        self.dtype, self.scale = dtype, float(scale)
+
+    def apply(self, batch: Batch, params: Params) -> Batch:
+        if batch.images.dtype != torch.uint8:
+            return batch.replace(images=batch.images.to(self.dtype))
+        images = (batch.images.to(torch.float32) * self.scale).to(self.dtype)
+        return batch.replace(images=images)
+
+
+class Normalize(Augmentation):
+    """(x - mean) / std per channel, on [0, 1] floats (uint8 input is divided by 255 first)."""
+
+    def __init__(
+        self,
+        *,
+        mean: Sequence[float] = (0.485, 0.456, 0.406),
+        std: Sequence[float] = (0.229, 0.224, 0.225),
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        super().__init__()
+        if len(mean) != 3 or len(std) != 3 or any(float(s) <= 0 for s in std):
+            raise UsageError("mean and std need 3 values each, std > 0")
+        self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32).view(1, 3, 1, 1))
+        self.register_buffer("std", torch.tensor(std, dtype=torch.float32).view(1, 3, 1, 1))
+        self.dtype = dtype
+
+    def apply(self, batch: Batch, params: Params) -> Batch:
+        x = batch.images.to(torch.float32)
+        if batch.images.dtype == torch.uint8:
+            x = x / 255.0
+        mean = self.mean.to(x.device)
+        std = self.std.to(x.device)
+        return batch.replace(images=((x - mean) / std).to(self.dtype))

@@ -1,0 +1,351 @@
+"""Geometric modules: each is a per-sample 3x3 matrix (see `_matrix` for the convention)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from detfmt.augment import _matrix as mx
+from detfmt.augment import _random as rnd
+from detfmt.augment._base import (
+    Augmentation,
+    Params,
+    as_size,
+    check_non_negative,
+    check_probability,
+    image_hw,
+)
+from detfmt.augment._geometry import GeometricTransform, GeometryState, Plan, apply_geometric
+from detfmt.augment.sanitize import BoxRule, CenterInImage, UltralyticsCandidates
+from detfmt.errors import UsageError
+from detfmt.torch.batch import Batch
+
+_ULTRALYTICS_RULE = UltralyticsCandidates()
+_CENTER_RULE = CenterInImage()
+
+
+class Warp(GeometricTransform):
+    """A fixed matrix (3, 3) or per-sample (B, 3, 3); for replays, tests and custom geometry."""
+
+    def __init__(
+        self,
+        matrix: torch.Tensor,
+        *,
+        size: int | tuple[int, int] | None = None,
+        fill: float = 114.0,
+        interpolation: str = "bilinear",
+        box_filter: BoxRule | None = None,
+    ) -> None:
+        super().__init__(fill=fill, interpolation=interpolation, box_filter=box_filter)
+        matrix = torch.as_tensor(matrix, dtype=torch.float32)
+        if matrix.shape[-2:] != (3, 3) or matrix.ndim not in (2, 3):
+            raise UsageError(f"matrix must be (3, 3) or (B, 3, 3), got {tuple(matrix.shape)}")
+        self.matrix = matrix
+        self.size = as_size("size", size) if size is not None else None
+        last_row = matrix[..., 2, :]
+        self.affine_only = bool(
+            torch.all(last_row[..., :2] == 0) and torch.all(last_row[..., 2] == 1)
+        )
+
+    def plan(self, state: GeometryState, params: Params) -> Plan:
+        matrix = self.matrix.to(state.device).expand(state.batch_size, 3, 3)
+        area = torch.linalg.det(matrix[:, :2, :2]).abs()
+        return Plan(matrix, self.size or state.image_size, area)
+
+
+class Letterbox(GeometricTransform):
+    """Resize keeping the aspect ratio and pad to ``size`` with 114 (Ultralytics ``LetterBox``).
+
+    The scale is ``r = min(H / h, W / w)`` of each sample's valid region (``batch.sizes``, else
+    the full image); the content is ``round(w r) x round(h r)`` and centred like Ultralytics
+    (left = floor(pad / 2)). ``scaleup=False`` only shrinks.
+    """
+
+    def __init__(
+        self,
+        size: int | tuple[int, int],
+        *,
+        center: bool = True,
+        scaleup: bool = True,
+        fill: float = 114.0,
+        interpolation: str = "bilinear",
+        box_filter: BoxRule | None = None,
+    ) -> None:
+        super().__init__(fill=fill, interpolation=interpolation, box_filter=box_filter)
+        self.size = as_size("size", size)
+        self.center = bool(center)
+        self.scaleup = bool(scaleup)
+
+    def plan(self, state: GeometryState, params: Params) -> Plan:
+        out_h, out_w = self.size
+        h, w = state.content_hw()
+        r = torch.minimum(out_h / h, out_w / w)
+        if not self.scaleup:
+            r = r.clamp(max=1.0)
+        new_w, new_h = torch.round(w * r), torch.round(h * r)
+        left = torch.floor((out_w - new_w) / 2) if self.center else torch.zeros_like(new_w)
+        top = torch.floor((out_h - new_h) / 2) if self.center else torch.zeros_like(new_h)
+        sx, sy = new_w / w, new_h / h
+        matrix = mx.translation(left, top) @ mx.scaling(sx, sy)
+        return Plan(matrix.to(torch.float32), self.size, (sx * sy).to(torch.float32))
+
+
+ResizePad = Letterbox
+
+
+class RandomAffine(GeometricTransform):
+    """Ultralytics ``RandomPerspective``: ``M = T @ S @ R @ P @ C`` per sample.
+
+    C moves the input centre to the origin; P has (px, py) ~ U(+-perspective) in its last row;
+    R is ``cv2.getRotationMatrix2D(0, a, s)`` with a ~ U(+-degrees), s ~ U(1 +- scale); S shears
+    by tan(U(+-shear) deg); T moves the origin to U(0.5 +- translate) * output size. Defaults
+    are Ultralytics' (translate 0.1, scale 0.5). Boxes are filtered with ``box_candidates``
+    against the original box scaled by s, as Ultralytics does.
+
+    Args:
+        size: output (height, width); None keeps the input size. After a 2x2 `Mosaic`, pass the
+            single-image size (Ultralytics' border of -size/2).
+    """
+
+    def __init__(
+        self,
+        *,
+        degrees: float = 0.0,
+        translate: float = 0.1,
+        scale: float = 0.5,
+        shear: float = 0.0,
+        perspective: float = 0.0,
+        size: int | tuple[int, int] | None = None,
+        fill: float = 114.0,
+        interpolation: str = "bilinear",
+        box_filter: BoxRule | None = _ULTRALYTICS_RULE,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        super().__init__(
+            fill=fill, interpolation=interpolation, box_filter=box_filter, generator=generator
+        )
+        self.degrees = check_non_negative("degrees", degrees)
+        self.translate = check_non_negative("translate", translate)
+        self.scale = check_non_negative("scale", scale)
+        self.shear = check_non_negative("shear", shear)
+        self.perspective = check_non_negative("perspective", perspective)
+        if self.scale >= 1.0:
+            raise UsageError(f"scale must be < 1 (zoom in [1 - scale, 1 + scale]), got {scale!r}")
+        self.size = as_size("size", size) if size is not None else None
+        self.affine_only = self.perspective == 0.0
+
+    def sample_geometry(self, state: GeometryState) -> Params:
+        b, dev, g = (state.batch_size,), state.device, self.generator
+        return {
+            "degrees": rnd.uniform(g, b, -self.degrees, self.degrees, dev),
+            "scale": rnd.uniform(g, b, 1 - self.scale, 1 + self.scale, dev),
+            "shear_x": rnd.uniform(g, b, -self.shear, self.shear, dev),
+            "shear_y": rnd.uniform(g, b, -self.shear, self.shear, dev),
+            "perspective_x": rnd.uniform(g, b, -self.perspective, self.perspective, dev),
+            "perspective_y": rnd.uniform(g, b, -self.perspective, self.perspective, dev),
+            "translate_x": rnd.uniform(g, b, 0.5 - self.translate, 0.5 + self.translate, dev),
+            "translate_y": rnd.uniform(g, b, 0.5 - self.translate, 0.5 + self.translate, dev),
+        }
+
+    def plan(self, state: GeometryState, params: Params) -> Plan:
+        in_h, in_w = state.image_size
+        out_h, out_w = self.size or state.image_size
+        deg = params["degrees"]
+        c = mx.translation(torch.full_like(deg, -in_w / 2), torch.full_like(deg, -in_h / 2))
+        p = mx.perspective(params["perspective_x"], params["perspective_y"])
+        r = mx.rotation_scale(deg, params["scale"])
+        s = mx.shearing(params["shear_x"], params["shear_y"])
+        t = mx.translation(params["translate_x"] * out_w, params["translate_y"] * out_h)
+        return Plan(t @ s @ r @ p @ c, (out_h, out_w), params["scale"] ** 2)
+
+
+class RandomFlip(GeometricTransform):
+    """Flip each sample with probability ``p``: x' = W - x (or y' = H - y with vertical=True).
+
+    The flip is about each sample's valid region when ``batch.sizes`` is set (the canvas is
+    then resampled), else about the whole canvas with an exact index flip.
+    """
+
+    def __init__(
+        self,
+        *,
+        p: float = 0.5,
+        vertical: bool = False,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        super().__init__(interpolation="nearest", generator=generator)
+        self.p = check_probability("p", p)
+        self.vertical = bool(vertical)
+
+    def sample_geometry(self, state: GeometryState) -> Params:
+        return {"flip": rnd.bernoulli(self.generator, (state.batch_size,), self.p, state.device)}
+
+    def plan(self, state: GeometryState, params: Params) -> Plan:
+        h, w = state.content_hw()
+        if self.vertical:
+            matrix = mx.vertical_flip(params["flip"], h.to(torch.float32))
+        else:
+            matrix = mx.horizontal_flip(params["flip"], w.to(torch.float32))
+        return Plan(matrix, state.image_size, torch.ones(state.batch_size, device=state.device))
+
+    def apply(self, batch: Batch, params: Params) -> Batch:
+        if batch.sizes is not None:
+            return apply_geometric(batch, [self], [params])
+        height, width = image_hw(batch.images)
+        flip = params["flip"]
+        dim, extent = (-2, height) if self.vertical else (-1, width)
+        images = torch.where(flip[:, None, None, None], batch.images.flip(dim), batch.images)
+        boxes = batch.boxes
+        i0, i1 = (1, 3) if self.vertical else (0, 2)
+        flipped = boxes.clone()
+        flipped[..., i0] = extent - boxes[..., i1]
+        flipped[..., i1] = extent - boxes[..., i0]
+        take = (flip[:, None] & batch.mask)[..., None]
+        return batch.replace(images=images, boxes=torch.where(take, flipped, boxes))
+
+
+def _box_iou_with_crops(boxes: torch.Tensor, crops: torch.Tensor) -> torch.Tensor:
+    """IoU (B, T, M) between boxes (B, M, 4) and crops (B, T, 4)."""
+    b = boxes[:, None]
+    c = crops[:, :, None]
+    iw = (torch.minimum(b[..., 2], c[..., 2]) - torch.maximum(b[..., 0], c[..., 0])).clamp_min(0)
+    ih = (torch.minimum(b[..., 3], c[..., 3]) - torch.maximum(b[..., 1], c[..., 1])).clamp_min(0)
+    inter = iw * ih
+    area_b = (b[..., 2] - b[..., 0]) * (b[..., 3] - b[..., 1])
+    area_c = (c[..., 2] - c[..., 0]) * (c[..., 3] - c[..., 1])
+    return inter / (area_b + area_c - inter).clamp_min(1e-12)
+
+
+class RandomIoUCrop(GeometricTransform):
+    """SSD-style crop (torchvision ``RandomIoUCrop``), batched with static shapes.
+
+    Per sample: pick a minimum IoU from ``sampler_options`` (>= 1 means no crop); draw ``trials``
+    crops (side fractions in [min_scale, max_scale], aspect in range, integer corners as
+    torchvision); keep the first crop that contains at least one box centre and whose best IoU
+    with those boxes reaches the minimum; if none does, the sample is not cropped (torchvision
+    instead redraws the option until it succeeds). The crop is resized back to the canvas (as
+    SSD's following Resize does) and boxes whose centre falls outside it are dropped.
+    """
+
+    def __init__(
+        self,
+        *,
+        min_scale: float = 0.3,
+        max_scale: float = 1.0,
+        min_aspect_ratio: float = 0.5,
+        max_aspect_ratio: float = 2.0,
+        sampler_options: tuple[float, ...] = (0.0, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0),
+        trials: int = 40,
+        fill: float = 114.0,
+        interpolation: str = "bilinear",
+        box_filter: BoxRule | None = _CENTER_RULE,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        super().__init__(
+            fill=fill, interpolation=interpolation, box_filter=box_filter, generator=generator
+        )
+        if not 0.0 < min_scale <= max_scale <= 1.0:
+            raise UsageError(f"need 0 < min_scale <= max_scale <= 1, got {min_scale}, {max_scale}")
+        if not 0.0 < min_aspect_ratio <= max_aspect_ratio:
+            raise UsageError("need 0 < min_aspect_ratio <= max_aspect_ratio")
+        if trials < 1 or not sampler_options:
+            raise UsageError("need trials >= 1 and at least one sampler option")
+        self.min_scale, self.max_scale = float(min_scale), float(max_scale)
+        self.min_aspect_ratio = float(min_aspect_ratio)
+        self.max_aspect_ratio = float(max_aspect_ratio)
+        self.sampler_options = tuple(float(o) for o in sampler_options)
+        self.trials = int(trials)
+
+    def sample_geometry(self, state: GeometryState) -> Params:
+        g, dev, bsz, t = self.generator, state.device, state.batch_size, self.trials
+        h, w = state.content_hw()
+        h, w = h.to(torch.float32)[:, None], w.to(torch.float32)[:, None]
+        options = torch.tensor(self.sampler_options, device=dev)
+        min_iou = options[rnd.randint(g, 0, len(self.sampler_options), (bsz,), dev)]
+        r = rnd.uniform(g, (bsz, t, 2), self.min_scale, self.max_scale, dev)
+        new_w, new_h = torch.floor(w * r[..., 0]), torch.floor(h * r[..., 1])
+        pos = rnd.uniform(g, (bsz, t, 2), 0.0, 1.0, dev)
+        left, top = torch.floor((w - new_w) * pos[..., 0]), torch.floor((h - new_h) * pos[..., 1])
+        crops = torch.stack([left, top, left + new_w, top + new_h], dim=-1)
+        aspect = new_w / new_h.clamp_min(1.0)
+        ok = (aspect >= self.min_aspect_ratio) & (aspect <= self.max_aspect_ratio)
+        ok &= (new_w > 0) & (new_h > 0)
+        boxes = state.boxes
+        cx, cy = (boxes[..., 0] + boxes[..., 2]) / 2, (boxes[..., 1] + boxes[..., 3]) / 2
+        inside = (
+            (crops[..., 0:1] < cx[:, None])
+            & (cx[:, None] < crops[..., 2:3])
+            & (crops[..., 1:2] < cy[:, None])
+            & (cy[:, None] < crops[..., 3:4])
+            & state.mask[:, None]
+        )
+        iou = torch.where(inside, _box_iou_with_crops(boxes, crops), -1.0).amax(dim=-1)
+        ok &= inside.any(dim=-1) & (iou >= min_iou[:, None])
+        first = torch.argmax(ok.to(torch.int8), dim=1)
+        found = ok.any(dim=1) & (min_iou < 1.0)
+        chosen = crops[torch.arange(bsz, device=dev), first]
+        full = torch.cat([torch.zeros_like(w), torch.zeros_like(h), w, h], dim=1)
+        return {"crop": torch.where(found[:, None], chosen, full), "cropped": found}
+
+    def plan(self, state: GeometryState, params: Params) -> Plan:
+        out_h, out_w = state.image_size
+        crop = params["crop"]
+        sx = out_w / (crop[:, 2] - crop[:, 0])
+        sy = out_h / (crop[:, 3] - crop[:, 1])
+        matrix = mx.scaling(sx, sy) @ mx.translation(-crop[:, 0], -crop[:, 1])
+        return Plan(matrix, state.image_size, sx * sy)
+
+
+class MultiScaleResize(Augmentation):
+    """Ultralytics multi-scale: one size per batch, bilinear ``interpolate`` of the whole batch.
+
+    The long side becomes ``randrange(0.5 * imgsz, 1.5 * imgsz + stride) // stride * stride``
+    (``scale`` sets the 0.5 range); the short side is rounded up to a multiple of ``stride``.
+    Boxes are scaled with the image. The output shape changes per batch by design (compile one
+    graph per size).
+    """
+
+    def __init__(
+        self,
+        *,
+        imgsz: int = 640,
+        scale: float = 0.5,
+        stride: int = 32,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        super().__init__(generator)
+        if imgsz < 1 or stride < 1 or not 0.0 <= scale < 1.0:
+            raise UsageError("need imgsz >= 1, stride >= 1 and 0 <= scale < 1")
+        self.imgsz, self.scale, self.stride = int(imgsz), float(scale), int(stride)
+
+    def sample(self, batch: Batch) -> Params:
+        low = int(self.imgsz * (1 - self.scale))
+        high = int(self.imgsz * (1 + self.scale)) + self.stride
+        g = self.generator
+        size = torch.randint(low, high, (1,), generator=g, device=g.device)
+        long_side = max(self.stride, int(size.item()) // self.stride * self.stride)
+        height, width = image_hw(batch.images)
+        factor = long_side / max(height, width)
+        new_h = math.ceil(height * factor / self.stride) * self.stride
+        new_w = math.ceil(width * factor / self.stride) * self.stride
+        return {"size": (new_h, new_w)}
+
+    def apply(self, batch: Batch, params: Params) -> Batch:
+        new_h, new_w = params["size"]
+        height, width = image_hw(batch.images)
+        images = batch.images
+        out = F.interpolate(
+            images.to(torch.float32), size=(new_h, new_w), mode="bilinear", align_corners=False
+        )
+        if images.dtype == torch.uint8:
+            out = out.round_().clamp_(0, 255).to(torch.uint8)
+        else:
+            out = out.to(images.dtype)
+        factor = torch.tensor([new_w / width, new_h / height] * 2, device=batch.boxes.device)
+        boxes = (batch.boxes * factor).to(batch.boxes.dtype)
+        sizes = batch.sizes
+        if sizes is not None:
+            sizes = torch.round(sizes * factor[[1, 0]]).to(sizes.dtype)
+        return batch.replace(images=out, boxes=boxes, sizes=sizes)
