@@ -8,6 +8,7 @@ Other codecs decode in the calling thread (zstd and libjpeg-turbo release the GI
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Any
@@ -56,9 +57,9 @@ class Gatherer:
         if len(self.offsets) and os.path.getsize(self.blob_path) > 0:
             self.blob = np.memmap(self.blob_path, dtype=np.uint8, mode="r")
         self.fd = os.open(self.blob_path, os.O_RDONLY) if io == "pread" else -1
-        self.max_hw = (
-            (int(self.sizes[:, 0].max()), int(self.sizes[:, 1].max())) if len(self.sizes) else (1, 1)
-        )
+        self.max_hw = (1, 1)
+        if len(self.sizes):
+            self.max_hw = (int(self.sizes[:, 0].max()), int(self.sizes[:, 1].max()))
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -136,10 +137,8 @@ class Gatherer:
             return
         lo = int(self.offsets[indices].min())
         hi = int((self.offsets[indices] + self.nbytes[indices]).max())
-        try:
+        with contextlib.suppress(AttributeError, OSError):  # an optimisation, not everywhere
             os.posix_fadvise(self.fd, lo, hi - lo, os.POSIX_FADV_WILLNEED)
-        except (AttributeError, OSError):  # not on every platform; an optimisation only
-            pass
 
     def labels(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """boxes (B, M', 4) float32, classes (B, M') int32, mask (B, M') bool; M' = max count."""

@@ -1,4 +1,4 @@
-"""Optional GPU JPEG decode with torchvision.io.decode_jpeg (nvjpeg), used by Loader(gpu_decode=True).
+"""Optional GPU JPEG decode (torchvision.io.decode_jpeg, nvjpeg) for Loader(gpu_decode=True).
 
 torchvision is not a dependency: without a CUDA build of it the loader refuses with a message
 that says what is missing, instead of silently decoding on the CPU.
@@ -61,7 +61,7 @@ class GpuJpegDecoder:
             start, size = int(gather.offsets[i]), int(gather.nbytes[i])
             payloads.append(torch.from_numpy(np.array(gather.blob[start : start + size])))
         decoded = self._decode(payloads, device=self.device) if payloads else []
-        for j, image in zip(jpeg, decoded):
+        for j, image in zip(jpeg, decoded, strict=True):
             h, w = image.shape[1], image.shape[2]
             out[j, :h, :w] = image.permute(1, 2, 0)
         for j, i in enumerate(indices.tolist()):

@@ -55,7 +55,7 @@ def _default_rank_world(rank: int | None, world_size: int | None) -> tuple[int, 
     if rank is None or world_size is None:
         raise UsageError("pass both rank and world_size, or neither")
     if not (isinstance(world_size, int) and world_size >= 1 and isinstance(rank, int)):
-        raise UsageError(f"world_size must be a positive int and rank an int, got {world_size}, {rank}")
+        raise UsageError(f"world_size must be a positive int, rank an int: {world_size}, {rank}")
     if not 0 <= rank < world_size:
         raise UsageError(f"rank {rank} is outside [0, {world_size})")
     return rank, world_size
@@ -123,7 +123,8 @@ class Loader:
         self.batch_size = batch_size
         self.seed = int(seed)
         self.drop_last = bool(self.world_size > 1 if drop_last is None else drop_last)
-        self.num_threads = int(num_threads if num_threads is not None else min(4, os.cpu_count() or 1))
+        threads = num_threads if num_threads is not None else min(4, os.cpu_count() or 1)
+        self.num_threads = int(threads)
         if self.num_threads < 1:
             raise UsageError(f"num_threads must be >= 1, got {num_threads}")
         self.prefetch = int(prefetch if prefetch is not None else 2 * self.num_threads)
@@ -213,7 +214,7 @@ class Loader:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue where ``state`` stopped; threads and, at equal global batch, ranks may differ."""
+        """Continue where ``state`` stopped; thread and (same global batch) rank counts may vary."""
         if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
             raise UsageError("not a detfmt.torch.Loader state_dict (or from another version)")
         if state["num_samples"] != self.n:
@@ -236,11 +237,10 @@ class Loader:
     def __iter__(self) -> Iterator[Batch]:
         batches = self.rank_batches()
         start = self.batches_done
-        if start >= len(batches):  # the previous epoch was finished: run the next one
-            if start > 0:
-                self.epoch += 1
-                self.batches_done = start = 0
-                batches = self.rank_batches()
+        if start >= len(batches) and start > 0:  # the previous epoch finished: run the next
+            self.epoch += 1
+            self.batches_done = start = 0
+            batches = self.rank_batches()
         return self._run(batches, start)
 
     def _run(self, batches: list[np.ndarray], start: int) -> Iterator[Batch]:
@@ -268,7 +268,7 @@ class Loader:
                 yield batch
         finally:
             stop.set()
-            for future, slot in pending:
+            for future, _ in pending:
                 future.cancel()
             pool.shutdown(wait=True, cancel_futures=True)
             for _, slot in pending:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import itertools
 import threading
 
 import numpy as np
@@ -15,6 +16,10 @@ from detfmt.order import epoch_permutation
 from detfmt.torch import Batch, Loader
 
 
+def flat(rows) -> list[int]:
+    return list(itertools.chain.from_iterable(rows))
+
+
 def loader_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("detfmt-loader")]
 
@@ -25,8 +30,7 @@ def check_batch(batch: Batch, ds, max_boxes=3, layout="CHW", exact=True):
     if layout == "CHW":
         assert batch.images.shape[1] == 3
         assert batch.images.is_contiguous(memory_format=torch.channels_last)
-    b, hmax, wmax, _ = images.shape
-    sizes = batch.sizes.numpy()
+        sizes = batch.sizes.numpy()
     assert batch.mask.dtype == torch.bool and batch.boxes.dtype == torch.float32
     for j, i in enumerate(batch.indices.tolist()):
         h, w = ds.image_shape(i)[:2]
@@ -70,8 +74,8 @@ def test_epochs_advance_and_set_epoch(make_ds):
     loader = Loader(ds, 4, seed=1, num_threads=2)
     e0 = [b.indices.tolist() for b in loader]
     e1 = [b.indices.tolist() for b in loader]
-    assert sum(e0, []) == epoch_permutation(1, 0, 12).tolist()
-    assert sum(e1, []) == epoch_permutation(1, 1, 12).tolist()
+    assert flat(e0) == epoch_permutation(1, 0, 12).tolist()
+    assert flat(e1) == epoch_permutation(1, 1, 12).tolist()
     loader.set_epoch(0)
     assert [b.indices.tolist() for b in loader] == e0
     loader.set_epoch(0)  # a finished epoch set again runs again
@@ -96,7 +100,7 @@ def test_pread_matches_mmap(make_ds):
     ds = make_ds(varied_shapes(21))
     a = list(Loader(ds, 4, io="pread", num_threads=2))
     b = list(Loader(ds, 4, io="mmap", num_threads=2))
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=True):
         assert torch.equal(x.images, y.images) and torch.equal(x.indices, y.indices)
         check_batch(x, ds)
 
@@ -133,7 +137,7 @@ def test_resume_mid_epoch_exact(make_ds, split):
     assert seen + rest == expected
     assert second.state_dict()["epoch"] == 2
     nxt = [b.indices.tolist() for b in second]  # then the next epoch
-    assert sum(nxt, []) == epoch_permutation(9, 3, 30).tolist()
+    assert flat(nxt) == epoch_permutation(9, 3, 30).tolist()
 
 
 def test_resume_with_other_world_size_same_global_batch(make_ds):
@@ -150,7 +154,7 @@ def test_resume_with_other_world_size_same_global_batch(make_ds):
     rest = [b.indices.tolist() for b in one]
     seen = [done[0][k] + done[1][k] for k in range(2)]
     order = epoch_permutation(2, 0, 40).tolist()
-    assert sum(seen + rest, []) == order
+    assert flat(seen + rest) == order
 
 
 def test_buffer_reuse_never_overwrites_held_batch(make_ds):
@@ -222,11 +226,11 @@ def test_ranks_disjoint_equal_covering(make_ds):
                   for r in range(3)]
         assert len({len(s) for s in shares}) == 1
         assert all(len(b) == 3 for s in shares for b in s)
-        flat = sum(sum(shares, []), [])
+        every = flat(flat(shares))
         if drop_last:
-            assert len(flat) == len(set(flat)) == 18
+            assert len(every) == len(set(every)) == 18
         else:
-            assert set(flat) == set(range(23)) and len(flat) == 27
+            assert set(every) == set(range(23)) and len(every) == 27
 
 
 def test_usage_errors(make_ds):
@@ -250,14 +254,14 @@ def test_gpu_decode_says_why_not(make_ds):
     with pytest.raises(UsageError, match="gpu_decode"):
         Loader(ds, 2, gpu_decode=True)
     if not torch.cuda.is_available():
-        with pytest.raises(UsageError, match="CUDA|torchvision"):
+        with pytest.raises(UsageError, match=r"CUDA|torchvision"):
             Loader(ds, 2, gpu_decode=True, device="cuda")
 
 
 def test_quasi_random_order_in_loader(make_ds):
     ds = make_ds([(8, 8)] * 50)
     loader = Loader(ds, 5, order="quasi_random", quasi_block=4, quasi_window=2, io="pread")
-    got = sum((b.indices.tolist() for b in loader), [])
+    got = flat(b.indices.tolist() for b in loader)
     from detfmt.order import quasi_random_permutation
 
     assert got == quasi_random_permutation(0, 0, 50, 4, 2).tolist()
