@@ -9,6 +9,7 @@ One place decides how files become pixels, so the writer and every converter agr
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import warnings
@@ -19,9 +20,101 @@ from PIL import Image, ImageOps
 
 from detfmt.errors import InvalidSampleError
 
-__all__ = ["load_rgb", "resize_rgb", "scaled_size", "to_rgb_array"]
+__all__ = [
+    "ImageInfo",
+    "check_decodes",
+    "load_rgb",
+    "pil_to_rgb",
+    "probe_image",
+    "resize_rgb",
+    "scaled_size",
+    "to_rgb_array",
+]
 
 MAX_SOURCE_PIXELS = 1 << 28  # 268 M pixels: refuse decompression bombs before decoding
+EXIF_ORIENTATION = 0x0112
+_SWAPS_AXES = frozenset({5, 6, 7, 8})  # EXIF orientations that exchange width and height
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageInfo:
+    """What the file header says, read without decoding pixels.
+
+    ``width``/``height`` are the stored pixel grid; ``orientation`` is the EXIF tag (1 when absent
+    or invalid); ``display_size`` is (width, height) after `load_rgb`'s EXIF transpose.
+    """
+
+    width: int
+    height: int
+    orientation: int = 1
+    format: str | None = None
+
+    @property
+    def swaps_axes(self) -> bool:
+        return self.orientation in _SWAPS_AXES
+
+    @property
+    def display_size(self) -> tuple[int, int]:
+        return (self.height, self.width) if self.swaps_axes else (self.width, self.height)
+
+
+def _image_error(message: str, name: str, index: int | None, rule: str = "IMAGE_INVALID"):
+    return InvalidSampleError(message, rule=rule, path=name, index=index)
+
+
+def probe_image(path: str | os.PathLike[str], *, index: int | None = None) -> ImageInfo:
+    """Read an image's size, format and EXIF orientation from its header (no pixel decoding).
+
+    Cheap enough to run for every image in the converter's main process (about 0.1 ms).
+
+    Raises:
+        InvalidSampleError: rule ``IMAGE_MISSING`` when the file does not exist, ``IMAGE_INVALID``
+            when it is not a readable image.
+    """
+    name = os.fspath(path)
+    try:
+        with Image.open(name) as image:
+            width, height = image.size
+            orientation = 1
+            try:
+                value = image.getexif().get(EXIF_ORIENTATION, 1)
+                if isinstance(value, int) and 1 <= value <= 8:
+                    orientation = value
+            except Exception:  # a broken EXIF block is ignored, like Pillow's exif_transpose does
+                orientation = 1
+            return ImageInfo(int(width), int(height), orientation, image.format)
+    except FileNotFoundError as error:
+        raise _image_error("image file not found", name, index, "IMAGE_MISSING") from error
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as error:
+        raise _image_error(f"cannot read image header: {error}", name, index) from error
+
+
+def check_decodes(path: str | os.PathLike[str], *, index: int | None = None) -> ImageInfo:
+    """Probe an image and decode all of its data, so corrupt or truncated files fail here.
+
+    JPEGs are decoded at 1/8 scale (libjpeg DCT scaling: every entropy-coded byte is still read,
+    so truncation and corruption are still detected) to keep this pre-check cheap.
+    """
+    info = probe_image(path, index=index)
+    name = os.fspath(path)
+    try:
+        with warnings.catch_warnings(), Image.open(name) as image:
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            if image.width * image.height > MAX_SOURCE_PIXELS:
+                raise _image_error(
+                    f"image of {image.width}x{image.height} pixels exceeds {MAX_SOURCE_PIXELS}",
+                    name,
+                    index,
+                )
+            if image.format == "JPEG":
+                image.draft(image.mode, (max(1, image.width // 8), max(1, image.height // 8)))
+            image.load()
+    except InvalidSampleError:
+        raise
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError,
+            Image.DecompressionBombWarning) as error:
+        raise _image_error(f"cannot decode image: {error}", name, index) from error
+    return info
 
 
 def load_rgb(
