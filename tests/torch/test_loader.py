@@ -30,7 +30,7 @@ def check_batch(batch: Batch, ds, max_boxes=3, layout="CHW", exact=True):
     if layout == "CHW":
         assert batch.images.shape[1] == 3
         assert batch.images.is_contiguous(memory_format=torch.channels_last)
-        sizes = batch.sizes.numpy()
+    sizes = batch.sizes.numpy()
     assert batch.mask.dtype == torch.bool and batch.boxes.dtype == torch.float32
     for j, i in enumerate(batch.indices.tolist()):
         h, w = ds.image_shape(i)[:2]
