@@ -24,27 +24,45 @@ from detfmt.errors import (
     UsageError,
     WriteError,
 )
+from detfmt.reader import Dataset, NumpyBatch, Sample
+from detfmt.reader import open_dataset as open
+from detfmt.schema import ClassInfo, Header
+from detfmt.spec import FORMAT_VERSION
+from detfmt.verify import VerifyReport, verify
+from detfmt.writer import WriteReport, cleanup, write
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "FORMAT_VERSION",
+    "ClassInfo",
+    "Dataset",
     "DatasetChangedError",
     "DatasetNotFoundError",
     "DecodeError",
     "DetfmtError",
     "FormatError",
+    "Header",
     "HeaderError",
     "IntegrityError",
     "InvalidSampleError",
     "LabelError",
     "LayoutError",
     "NotDetfmtError",
+    "NumpyBatch",
+    "Sample",
     "TargetExistsError",
     "TargetLockedError",
     "TargetNotWritableError",
     "UnsafePathError",
     "UnsupportedVersionError",
     "UsageError",
+    "VerifyReport",
     "WriteError",
+    "WriteReport",
     "__version__",
+    "cleanup",
+    "open",
+    "verify",
+    "write",
 ]
