@@ -1,0 +1,158 @@
+"""Node-local shard cache (S-21): complete verified files, one downloader, bounded LRU."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+
+import pytest
+import xxhash
+
+from detfmt.shard.errors import ShardChecksumError
+from detfmt.shard.manifest import ShardInfo
+
+fsspec = pytest.importorskip("fsspec")
+
+from detfmt.shard.cache import ShardCache  # noqa: E402
+
+
+def make_remote(tmp_path, n=6, size=1000):
+    remote = tmp_path / "remote"
+    (remote / "shards").mkdir(parents=True)
+    shards = []
+    for k in range(n):
+        data = bytes([k]) * (size + k)
+        rel = f"shards/part-{k:03d}.detfmt"
+        (remote / rel).write_bytes(data)
+        shards.append(
+            ShardInfo(
+                path=rel,
+                key=f"{k:03d}",
+                num_samples=1,
+                first_index=k,
+                bytes=len(data),
+                xxh3_64=xxhash.xxh3_64_hexdigest(data),
+                max_boxes=0,
+            )
+        )
+    return str(remote), shards
+
+
+def new_cache(tmp_path, remote, **kw):
+    return ShardCache(fsspec.filesystem("file"), remote, tmp_path / "cache", "w" * 32, **kw)
+
+
+def test_fetch_once_then_hit(tmp_path):
+    remote, shards = make_remote(tmp_path)
+    cache = new_cache(tmp_path, remote)
+    p = cache.fetch(shards[2])
+    with open(p, "rb") as f:
+        assert f.read() == bytes([2]) * 1002
+    assert cache.fetch(shards[2]) == p
+    assert cache.stats["downloads"] == 1 and cache.stats["hits"] == 1
+    assert sorted(os.listdir(cache.dir)) == [os.path.basename(p)]  # no tmp or lock left
+    cache.close()
+
+
+def test_checksum_mismatch_leaves_nothing(tmp_path):
+    remote, shards = make_remote(tmp_path)
+    bad = ShardInfo(
+        **{**{f: getattr(shards[0], f) for f in shards[0].__struct_fields__}, "xxh3_64": "0" * 16}
+    )
+    cache = new_cache(tmp_path, remote, retries=1)
+    with pytest.raises(ShardChecksumError) as e:
+        cache.fetch(bad)
+    assert e.value.rule == "SHARD_CHECKSUM"
+    assert os.listdir(cache.dir) == []
+    cache.close()
+
+
+def test_lru_eviction_respects_limit_and_protection(tmp_path):
+    remote, shards = make_remote(tmp_path, n=6)
+    cache = new_cache(tmp_path, remote, cache_limit=3100)  # room for three shards
+    for s in shards[:3]:
+        cache.fetch(s)
+        os.utime(cache.local_path(s), (1, 1 + shards.index(s)))  # deterministic recency
+    cache.protect([shards[0]])
+    cache.fetch(shards[3])  # evicts shards[1], the oldest unprotected one
+    present = {os.path.basename(p) for p in os.listdir(cache.dir)}
+    assert "shards__part-000.detfmt" in present and "shards__part-001.detfmt" not in present
+    assert cache.cached_bytes() <= 3100
+    assert cache.stats["evictions"] == 1
+    cache.close()
+
+
+def test_cache_smaller_than_window_does_not_deadlock(tmp_path):
+    remote, shards = make_remote(tmp_path, n=6)
+    cache = new_cache(tmp_path, remote, cache_limit=1500)  # less than two shards
+    cache.protect(shards[:4])  # a shuffle window of four shards, all needed now
+    cache.prefetch(shards[:4])
+    paths = [cache.fetch(s) for s in shards[:4]]
+    assert all(os.path.exists(p) for p in paths)  # overshoot instead of waiting forever
+    cache.protect([])
+    cache.fetch(shards[5])
+    assert cache.cached_bytes() <= 1500 + shards[5].bytes
+    cache.close()
+
+
+def test_stale_lock_of_dead_process_is_broken(tmp_path):
+    remote, shards = make_remote(tmp_path)
+    cache = new_cache(tmp_path, remote, lock_timeout=5)
+    proc = mp.get_context("fork").Process(target=os._exit, args=(0,))
+    proc.start()
+    proc.join()
+    with open(cache.local_path(shards[1]) + ".lock", "w") as f:
+        f.write(str(proc.pid))
+    assert os.path.exists(cache.fetch(shards[1]))
+    cache.close()
+
+
+def _fetch_in_child(args):
+    tmp_path, remote, shards = args
+    cache = new_cache(tmp_path, remote)
+    paths = [cache.fetch(s) for s in shards]
+    cache.close()
+    return cache.stats["downloads"], [open(p, "rb").read() == b"" for p in paths]
+
+
+@pytest.mark.slow
+def test_one_downloader_per_shard_per_node(tmp_path):
+    remote, shards = make_remote(tmp_path, n=4, size=2_000_000)
+    with mp.get_context("fork").Pool(4) as pool:
+        results = pool.map(_fetch_in_child, [(tmp_path, remote, shards)] * 4)
+    assert sum(r[0] for r in results) == 4  # each shard downloaded exactly once on the node
+    assert not any(any(r[1]) for r in results)
+
+
+@pytest.mark.slow
+def test_fetch_from_moto_s3(tmp_path, monkeypatch):
+    s3fs = pytest.importorskip("s3fs")
+    pytest.importorskip("moto")
+    from scaleout_servers import moto_s3
+
+    remote, shards = make_remote(tmp_path, n=3)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    with moto_s3() as endpoint:
+        fs = s3fs.S3FileSystem(key="k", secret="s", client_kwargs={"endpoint_url": endpoint})
+        fs.call_s3("create_bucket", Bucket="bkt")
+        fs.put(remote + "/shards", "bkt/ds/", recursive=True)
+        cache = ShardCache(fs, "bkt/ds", tmp_path / "cache", "a" * 32)
+        for s in shards:
+            with open(cache.fetch(s), "rb") as f:
+                assert xxhash.xxh3_64_hexdigest(f.read()) == s.xxh3_64
+        assert cache.stats["downloads"] == 3
+        cache.close()
+
+
+def test_fetch_over_http_range_server(tmp_path):
+    pytest.importorskip("aiohttp")
+    from scaleout_servers import http_range_server
+
+    remote, shards = make_remote(tmp_path, n=2, size=50_000)
+    with http_range_server(remote) as url:
+        fs = fsspec.filesystem("http")
+        assert fs.cat_file(f"{url}/{shards[1].path}", start=10, end=20) == bytes([1]) * 10
+        cache = ShardCache(fs, url, tmp_path / "cache", "b" * 32)
+        with open(cache.fetch(shards[1]), "rb") as f:
+            assert xxhash.xxh3_64_hexdigest(f.read()) == shards[1].xxh3_64
+        cache.close()
