@@ -27,15 +27,13 @@ import numpy as np
 import torch
 
 from detfmt.errors import UsageError
-from detfmt.order import epoch_permutation, quasi_random_permutation, rank_slice
 from detfmt.torch._gather import Gatherer
 from detfmt.torch._ring import BufferRing, Slot
+from detfmt.torch._schedule import EpochSchedule, default_quasi_block
 from detfmt.torch.batch import Batch
 
 __all__ = ["Loader"]
 
-STATE_VERSION = 1
-ORDERS = ("random", "quasi_random", "sequential")
 
 
 def _open(ds_or_path: Any) -> Any:
@@ -46,22 +44,7 @@ def _open(ds_or_path: Any) -> Any:
     return ds_or_path
 
 
-def _default_rank_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
-    if rank is None and world_size is None:
-        dist = torch.distributed
-        if dist.is_available() and dist.is_initialized():
-            return dist.get_rank(), dist.get_world_size()
-        return 0, 1
-    if rank is None or world_size is None:
-        raise UsageError("pass both rank and world_size, or neither")
-    if not (isinstance(world_size, int) and world_size >= 1 and isinstance(rank, int)):
-        raise UsageError(f"world_size must be a positive int, rank an int: {world_size}, {rank}")
-    if not 0 <= rank < world_size:
-        raise UsageError(f"rank {rank} is outside [0, {world_size})")
-    return rank, world_size
-
-
-class Loader:
+class Loader(EpochSchedule):
     """Iterate over batches of a detfmt dataset (an iterable; one epoch per ``iter()``).
 
     Args:
@@ -115,14 +98,7 @@ class Loader:
         if layout not in ("CHW", "HWC"):
             raise UsageError(f"layout must be 'CHW' or 'HWC', got {layout!r}")
         order = order if order is not None else ("random" if shuffle else "sequential")
-        if order not in ORDERS:
-            raise UsageError(f"order must be one of {ORDERS}, got {order!r}")
-        self.rank, self.world_size = _default_rank_world(rank, world_size)
         self.ds = _open(ds_or_path)
-        self.n = len(self.ds)
-        self.batch_size = batch_size
-        self.seed = int(seed)
-        self.drop_last = bool(self.world_size > 1 if drop_last is None else drop_last)
         threads = num_threads if num_threads is not None else min(4, os.cpu_count() or 1)
         self.num_threads = int(threads)
         if self.num_threads < 1:
@@ -134,12 +110,12 @@ class Loader:
         cuda = self.device is not None and self.device.type == "cuda"
         self.pin_memory = bool(cuda if pin_memory is None else pin_memory)
         self.layout = layout
-        self.order = order
         self.pad_value = int(pad_value)
         self.gather = Gatherer(self.ds, io=io)
-        mean_bytes = float(self.gather.nbytes.mean()) if self.n else 1.0
-        self.quasi_block = int(quasi_block or max(1, round((8 << 20) / max(mean_bytes, 1.0))))
-        self.quasi_window = int(quasi_window)
+        self._init_schedule(
+            len(self.ds), batch_size, seed, drop_last, rank, world_size, order,
+            quasi_block or default_quasi_block(self.gather.nbytes), quasi_window,
+        )
         if canvas is not None:
             canvas = (int(canvas[0]), int(canvas[1]))
             max_h, max_w = self.gather.max_hw
@@ -155,92 +131,11 @@ class Loader:
             self._gpu = GpuJpegDecoder(self.device)
         max_h, max_w = canvas if canvas is not None else self.gather.max_hw
         self.ring = BufferRing(batch_size * max_h * max_w * 3, pin=self.pin_memory)
-        self.epoch = 0
-        self.batches_done = 0  # global batches handed out in self.epoch
-
-    # -- order ---------------------------------------------------------------------------------
-
-    @property
-    def global_batch(self) -> int:
-        return self.batch_size * self.world_size
-
-    def set_epoch(self, epoch: int) -> None:
-        """Select the epoch whose order the next ``iter()`` runs (restarting it)."""
-        if not isinstance(epoch, int) or epoch < 0:
-            raise UsageError(f"epoch must be a non-negative int, got {epoch!r}")
-        if epoch != self.epoch or self.batches_done >= len(self):
-            self.batches_done = 0  # a new epoch, or a finished one run again
-        self.epoch = epoch  # the same unfinished epoch keeps its position (resume)
-
-    def epoch_order(self, epoch: int | None = None) -> np.ndarray:
-        """The global sample order of an epoch, before drop/padding (rules O-3, O-4)."""
-        epoch = self.epoch if epoch is None else epoch
-        if self.order == "random":
-            return epoch_permutation(self.seed, epoch, self.n)
-        if self.order == "quasi_random":
-            return quasi_random_permutation(
-                self.seed, epoch, self.n, self.quasi_block, self.quasi_window
-            )
-        return np.arange(self.n, dtype=np.int64)
-
-    def rank_batches(self, epoch: int | None = None) -> list[np.ndarray]:
-        """This rank's batches of an epoch, as arrays of sample indices (rule O-6)."""
-        rows = rank_slice(
-            self.epoch_order(epoch), self.rank, self.world_size, self.batch_size, self.drop_last
-        )
-        return [np.asarray(row, dtype=np.int64) for row in rows]
-
-    def __len__(self) -> int:
-        from detfmt.order import epoch_length
-
-        total = epoch_length(self.n, self.global_batch, self.world_size, self.drop_last)
-        return -(-total // self.global_batch) if total else 0
-
-    # -- resume --------------------------------------------------------------------------------
-
-    def state_dict(self) -> dict[str, Any]:
-        """Where the iteration stands: enough to resume exactly (rule O-7)."""
-        return {
-            "version": STATE_VERSION,
-            "seed": self.seed,
-            "epoch": self.epoch,
-            "batches_done": self.batches_done,
-            "order": self.order,
-            "quasi_block": self.quasi_block,
-            "quasi_window": self.quasi_window,
-            "num_samples": self.n,
-            "global_batch": self.global_batch,
-            "drop_last": self.drop_last,
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue where ``state`` stopped; thread and (same global batch) rank counts may vary."""
-        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
-            raise UsageError("not a detfmt.torch.Loader state_dict (or from another version)")
-        if state["num_samples"] != self.n:
-            raise UsageError(f"state is for {state['num_samples']} samples, dataset has {self.n}")
-        if state["global_batch"] != self.global_batch:
-            raise UsageError(
-                f"state has global batch {state['global_batch']}, this loader "
-                f"{self.batch_size} x {self.world_size} = {self.global_batch}"
-            )
-        self.seed = int(state["seed"])
-        self.order = state["order"]
-        self.quasi_block = int(state["quasi_block"])
-        self.quasi_window = int(state["quasi_window"])
-        self.drop_last = bool(state["drop_last"])
-        self.epoch = int(state["epoch"])
-        self.batches_done = int(state["batches_done"])
 
     # -- iteration -----------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[Batch]:
-        batches = self.rank_batches()
-        start = self.batches_done
-        if start >= len(batches) and start > 0:  # the previous epoch finished: run the next
-            self.epoch += 1
-            self.batches_done = start = 0
-            batches = self.rank_batches()
+        batches, start = self._begin_epoch()
         return self._run(batches, start)
 
     def _run(self, batches: list[np.ndarray], start: int) -> Iterator[Batch]:
