@@ -157,13 +157,13 @@ class Dataset(Sequence):
 
     def _open(self, directory_fd: int, root: Path) -> None:
         header_path = str(root / spec.HEADER_FILE)
-        data, header_identity = _read_header(directory_fd, root, self._max_header_bytes)
+        data, header_identity = self._read_header_bytes(directory_fd, root)
         header = validate.parse_header(data, header_path)
         self.header: Header = header
         self._identities = {spec.HEADER_FILE: header_identity}
         members: dict[str, _Member] = {}
         for name in validate.expected_files(header):
-            member = _Member(directory_fd, root, name)
+            member = self._open_member(directory_fd, root, name)
             members[name] = member
             self._identities[name] = member.identity
             declared = header.files[name].size
@@ -205,6 +205,15 @@ class Dataset(Sequence):
         self._codecs = self.index["codec"]
         self._num_classes = header.num_classes
         self._sizes: np.ndarray | None = None
+
+    # Hooks for other containers of the same member files: a 1.1 packed shard
+    # (detfmt.shard.packed) serves header.json and the members from slices of one mapping.
+
+    def _read_header_bytes(self, directory_fd: int, root: Path) -> tuple[bytes, tuple]:
+        return _read_header(directory_fd, root, self._max_header_bytes)
+
+    def _open_member(self, directory_fd: int, root: Path, name: str) -> _Member:
+        return _Member(directory_fd, root, name)
 
     def _map_npy(self, member: _Member, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
         header = _npy.parse_header(member.read_prefix(spec.MAX_NPY_HEADER_BYTES), member.size,
