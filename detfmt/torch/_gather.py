@@ -140,11 +140,24 @@ class Gatherer:
         with contextlib.suppress(AttributeError, OSError):  # an optimisation, not everywhere
             os.posix_fadvise(self.fd, lo, hi - lo, os.POSIX_FADV_WILLNEED)
 
-    def labels(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """boxes (B, M', 4) float32, classes (B, M') int32, mask (B, M') bool; M' = max count."""
+    def labels(
+        self, indices: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+        """boxes (B, M', 4) float32, classes (B, M') int32, mask (B, M') bool, box fields.
+
+        M' is the batch's largest box count. Labels are checked by the reader's own rules
+        (class range, boxes inside the image) when it offers them, as ``ds.batch`` does.
+        """
         counts = np.asarray(self.ds.counts[indices], dtype=np.int64)
         m = int(counts.max()) if len(counts) else 0
         boxes = np.ascontiguousarray(self.ds.boxes[indices, :m], dtype=np.float32)
         classes = np.ascontiguousarray(self.ds.classes[indices, :m], dtype=np.int32)
+        fields = {
+            name: np.ascontiguousarray(values[indices, :m])
+            for name, values in getattr(self.ds, "box_fields", {}).items()
+        }
+        check = getattr(self.ds, "_raise_label_errors", None)
+        if check is not None:
+            check(indices, boxes, classes, counts, fields)
         mask = np.arange(m)[None, :] < counts[:, None]
-        return boxes, classes, mask
+        return boxes, classes, mask, fields

@@ -186,7 +186,7 @@ class Loader(EpochSchedule):
         else:
             self.gather.fill(indices, self.ring.view(slot, shape), self.pad_value)
             hwc = slot.tensor[:count].view(shape)
-        boxes, classes, mask = self.gather.labels(indices)
+        boxes, classes, mask, fields = self.gather.labels(indices)
         sizes = self.gather.sizes[indices]
         images = hwc if self.layout == "HWC" else hwc.permute(0, 3, 1, 2)
         return Batch(
@@ -196,6 +196,7 @@ class Loader(EpochSchedule):
             mask=torch.from_numpy(mask),
             sizes=torch.from_numpy(np.ascontiguousarray(sizes)),
             indices=torch.from_numpy(np.ascontiguousarray(indices)),
+            extras={name: torch.from_numpy(value) for name, value in fields.items()},
         )
 
     def _to_device(self, batch: Batch, slot: Slot) -> Batch:
