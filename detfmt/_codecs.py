@@ -89,6 +89,7 @@ def decode_into(
     elif codec == spec.CODEC_JPEG:
         _decode_jpeg_into(payload, out, path=path, index=index)
     elif codec == spec.CODEC_PNG:
+        _check_png_ihdr(payload, path=path, index=index)
         np.copyto(out, _decode_pil(payload, height, width, "PNG", path=path, index=index))
     else:
         raise DecodeError(f"unknown codec id {codec}", rule="CODEC_UNKNOWN", path=path, index=index)
@@ -122,6 +123,17 @@ def decode_zstd(payload: memoryview | bytes, expected: int, *, path: str, index:
         raise DecodeError(f"{len(decompressor.unused_data)} bytes follow the zstd frame",
                           rule="ZSTD_TRAILING", path=path, index=index)
     return data
+
+
+def _check_png_ihdr(payload, *, path: str, index: int) -> None:
+    """SPEC: a PNG payload is 8-bit RGB. Pillow maps 16-bit RGB to mode "RGB" (dropping the low
+    byte), so the mode check alone does not catch it: read bit depth and color type from IHDR."""
+    head = bytes(payload[:29])
+    if len(head) < 29 or head[12:16] != b"IHDR" or head[24] != 8 or head[25] != 2:
+        depth, color = (head[24], head[25]) if len(head) >= 26 else (None, None)
+        raise DecodeError(f"PNG must be 8-bit RGB (IHDR bit depth 8, color type 2), got bit depth "
+                          f"{depth}, color type {color}", rule="IMAGE_DECODE", path=path,
+                          index=index)
 
 
 def _decode_jpeg_into(payload, out: np.ndarray, *, path: str, index: int) -> None:
