@@ -321,6 +321,15 @@ class _DatasetBuilder:
             spool.file.abandon()
 
 
+def _prepare_in_worker(index: int, sample: Any, options: Options) -> Prepared:
+    """`prepare` for a worker process: a raw payload is a memoryview, which cannot be pickled
+    back to the parent, so it is returned as bytes."""
+    item = prepare(index, sample, options)
+    if isinstance(item.payload, memoryview):
+        item.payload = item.payload.tobytes()
+    return item
+
+
 def _prepared_stream(samples: Iterable[Any], options: Options, workers: int
                      ) -> Iterable[Prepared]:
     """Prepare samples in order, in this process or in a bounded window of worker processes."""
@@ -335,7 +344,7 @@ def _prepared_stream(samples: Iterable[Any], options: Options, workers: int
     with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
         try:
             for i, sample in enumerate(samples):
-                pending.append(pool.submit(prepare, i, sample, options))
+                pending.append(pool.submit(_prepare_in_worker, i, sample, options))
                 if len(pending) >= window:
                     yield pending.popleft().result()
             while pending:
