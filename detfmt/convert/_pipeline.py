@@ -171,8 +171,7 @@ def _fail_or_skip(
 
 
 def _samples(
-    records: Iterable[SourceImage], report: ConversionReport, options: ConvertOptions,
-    progress: _Progress,
+    records: Iterable[SourceImage], report: ConversionReport, options: ConvertOptions
 ) -> Iterator[dict[str, Any]]:
     for record, info in _probed(records, options):
         report.images_source += 1
@@ -203,33 +202,20 @@ def _samples(
             sample[name] = np.asarray(values)[keep]
         report.images_kept += 1
         report.boxes_kept += int(keep.sum())
-        progress.update()
         yield sample
 
 
-class _Progress:
-    """A dependency-free progress bar on stderr (images handed to the writer)."""
+class _Sized:
+    """The sample stream with a length, so the writer's progress bar knows the total."""
 
-    def __init__(self, total: int, enabled: bool) -> None:
-        self.total, self.enabled, self.done = total, enabled, 0
-        self.start = self.last = time.perf_counter()
+    def __init__(self, samples: Iterator[dict[str, Any]], count: int) -> None:
+        self.samples, self.count = samples, count
 
-    def update(self) -> None:
-        self.done += 1
-        now = time.perf_counter()
-        if self.enabled and (now - self.last > 0.2 or self.done == self.total):
-            self.last = now
-            rate = self.done / max(now - self.start, 1e-9)
-            width = 30
-            filled = int(width * self.done / max(self.total, 1))
-            sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] "
-                             f"{self.done}/{self.total} {rate:.1f} img/s")
-            sys.stderr.flush()
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return self.samples
 
-    def close(self) -> None:
-        if self.enabled and self.done:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
+    def __len__(self) -> int:
+        return self.count
 
 
 def estimate_raw_bytes(paths: Sequence[Path], count: int, max_side: int | None,
@@ -308,14 +294,12 @@ def convert_records(
                       for i, (n, s) in enumerate(classes)]
     if options.verbose:
         print(f"codec: {codec} ({reason})", file=sys.stderr)
-    enabled = sys.stderr.isatty() if options.progress is None else bool(options.progress)
-    progress = _Progress(count, enabled)
     meta = {"detfmt.convert.source_format": report.source_format,
             "detfmt.convert.source": report.source}
     meta.update(metadata or {})
     try:
         detfmt.write(
-            _samples(records, report, options, progress),
+            _Sized(_samples(records, report, options), count),
             dst,
             classes=_class_infos(classes),
             codec=codec,
@@ -323,6 +307,7 @@ def convert_records(
             overwrite=options.overwrite,
             workers=options.workers,
             jpeg_quality=options.jpeg_quality,
+            progress=options.progress,
             metadata=meta,
             **({"box_fields": box_fields} if box_fields else {}),
         )
@@ -332,8 +317,6 @@ def convert_records(
             raise ConversionError(error.message, rule=error.rule,
                                   path=error.path, index=error.index) from error
         raise
-    finally:
-        progress.close()
     report.seconds = time.perf_counter() - start
     report.written = True
     report.save(report_path(dst))

@@ -3,7 +3,9 @@
 Boxes arrive as float64 xyxy in the pixels of the image as annotated. The policy, in order:
 1. any NaN/inf coordinate: the box is dropped (``box_nonfinite``);
 2. zero or negative width or height: dropped (``box_degenerate``), as COCO/Ultralytics tools do;
-3. partly outside the image: clipped to it, kept and counted (``box_clipped``);
+3. partly outside the image: clipped to it, kept and counted (``box_clipped``; when it moved by
+   at most ``EDGE_TOLERANCE`` px, e.g. a normalised YOLO coordinate of 1.0000001, it is counted
+   as ``box_edge_rounding`` instead, so real clips stand out);
 4. nothing left inside the image after clipping: dropped (``box_outside``).
 """
 
@@ -15,7 +17,9 @@ import numpy as np
 
 from detfmt.convert.report import ConversionReport
 
-__all__ = ["apply_box_policy"]
+__all__ = ["EDGE_TOLERANCE", "apply_box_policy"]
+
+EDGE_TOLERANCE = 0.01  # pixels
 
 
 def apply_box_policy(
@@ -39,19 +43,23 @@ def apply_box_policy(
         changed = (clipped != boxes).any(axis=1)
     outside = finite & positive & ~inside
     keep = finite & positive & inside
-    fixed = keep & changed
+    moved = np.abs(np.nan_to_num(clipped - boxes)).max(axis=1)
+    fixed = keep & changed & (moved > EDGE_TOLERANCE)
+    rounded = keep & changed & (moved <= EDGE_TOLERANCE)
     report.drop_boxes("box_nonfinite", path, int((~finite).sum()), _first(boxes, ~finite))
     report.drop_boxes("box_degenerate", path, int(degenerate.sum()), _first(boxes, degenerate))
     report.drop_boxes(
         "box_outside", path, int(outside.sum()), _first(boxes, outside, width, height)
     )
     report.fix_boxes("box_clipped", path, int(fixed.sum()), _first(boxes, fixed, width, height))
+    report.fix_boxes("box_edge_rounding", path, int(rounded.sum()),
+                     _first(boxes, rounded, width, height))
     return clipped, keep
 
 
 def _first(boxes: np.ndarray, which: np.ndarray, width: int = 0, height: int = 0) -> str:
     if not which.any():
         return ""
-    box = ", ".join(f"{v:.6g}" for v in boxes[np.flatnonzero(which)[0]])
+    box = ", ".join(f"{v:.9g}" for v in boxes[np.flatnonzero(which)[0]])
     size = f" in a {width}x{height} image" if width else ""
     return f"e.g. xyxy [{box}]{size}"
