@@ -178,8 +178,6 @@ def check_header(header: Header, path: str) -> Iterator[Violation]:
     unknown_codecs = set(header.image.codecs) - set(spec.CODEC_IDS)
     if unknown_codecs:
         yield Violation("CODEC_UNKNOWN", path, f"unknown codec names {sorted(unknown_codecs)}")
-    if sum(header.image.codecs.values()) not in (0, header.num_samples) and header.image.codecs:
-        yield Violation("HEADER_SCHEMA", path, "image.codecs counts do not add up to num_samples")
     expected = expected_files(header)
     if sorted(header.files) != expected:
         yield Violation("HEADER_SCHEMA", path,
@@ -199,6 +197,8 @@ def check_header(header: Header, path: str) -> Iterator[Violation]:
         if tuple(info.shape) != shape:
             yield Violation("COUNT_MISMATCH", path, f"header says {name} has shape {info.shape},"
                             f" but num_samples/max_boxes imply {list(shape)}")
+    if sum(header.image.codecs.values()) not in (0, header.num_samples) and header.image.codecs:
+        yield Violation("HEADER_SCHEMA", path, "image.codecs counts do not add up to num_samples")
 
 
 def _index_descr() -> list[list[str]]:

@@ -1,0 +1,233 @@
+"""The writer's input rules: every bad sample is a typed error naming the sample and the rule."""
+
+from __future__ import annotations
+
+import io
+import threading
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import detfmt
+from detfmt import spec
+from tests.core.conftest import CLASSES, make_samples
+
+
+def one(image=None, boxes=((1, 1, 5, 5),), classes=(0,), **extra):
+    image = np.zeros((10, 20, 3), np.uint8) if image is None else image
+    boxes = np.asarray(boxes, float)
+    return {"image": image, "boxes": boxes.reshape(-1, 4) if boxes.size % 4 == 0 else boxes,
+            "classes": classes, **extra}
+
+
+def write_one(tmp_path, sample, **options):
+    return detfmt.write([one(), sample], tmp_path / "ds", classes=CLASSES, **options)
+
+
+@pytest.mark.parametrize(
+    ("sample", "rule"),
+    [
+        (one(boxes=[(1, 1, float("nan"), 5)]), "BOX_INVALID"),
+        (one(boxes=[(1, 1, float("inf"), 5)]), "BOX_INVALID"),
+        (one(boxes=[(6, 1, 5, 5)]), "BOX_INVALID"),
+        (one(boxes=[(1, 6, 5, 5)]), "BOX_INVALID"),
+        (one(boxes=[(1, 1, 21, 5)]), "BOX_OUT_OF_IMAGE"),
+        (one(boxes=[(-0.5, 1, 5, 5)]), "BOX_OUT_OF_IMAGE"),
+        (one(classes=[3]), "CLASS_RANGE"),
+        (one(classes=[-1]), "CLASS_RANGE"),
+        (one(classes=[0.5]), "CLASS_RANGE"),
+        (one(classes=[0, 1]), "SAMPLE_INVALID"),
+        (one(boxes=[(1, 2, 3)]), "SAMPLE_INVALID"),
+        (one(image=np.zeros((10, 20, 4), np.uint8)), "IMAGE_INVALID"),
+        (one(image=np.zeros((10, 20, 3), np.uint16)), "IMAGE_INVALID"),
+        (one(image=np.zeros((0, 20, 3), np.uint8)), "IMAGE_INVALID"),
+        (one(image=b"not an image"), "IMAGE_INVALID"),
+        (one(image="/nonexistent/x.jpg"), "IMAGE_INVALID"),
+        (one(image=3), "IMAGE_INVALID"),
+        (one(typo_field=1), "SAMPLE_INVALID"),
+        ({"image": np.zeros((4, 4, 3), np.uint8)}, "SAMPLE_INVALID"),
+        ("not a sample", "SAMPLE_INVALID"),
+    ],
+)
+def test_bad_sample_is_a_typed_error_naming_it(tmp_path, sample, rule):
+    with pytest.raises(detfmt.InvalidSampleError) as caught:
+        write_one(tmp_path, sample)
+    assert caught.value.rule == rule
+    assert caught.value.index == 1
+    assert not (tmp_path / "ds").exists()
+    assert not list(tmp_path.glob(".detfmt-tmp-*"))
+
+
+def test_clip_is_opt_in_and_counted(tmp_path):
+    report = write_one(tmp_path, one(boxes=[(-3, 1, 25, 5)]), clip=True)
+    assert report.clipped_boxes == 1
+    np.testing.assert_array_equal(detfmt.open(tmp_path / "ds")[1].boxes, [[0, 1, 20, 5]])
+
+
+def test_float_noise_at_the_edge_is_clamped(tmp_path):
+    write_one(tmp_path, one(boxes=[(-1e-5, 0, 20 + 1e-5, 10)]))
+    np.testing.assert_array_equal(detfmt.open(tmp_path / "ds")[1].boxes, [[0, 0, 20, 10]])
+
+
+def test_grayscale_becomes_rgb(tmp_path):
+    gray = np.arange(200, dtype=np.uint8).reshape(10, 20)
+    write_one(tmp_path, one(image=gray))
+    image = detfmt.open(tmp_path / "ds")[1].image
+    assert image.shape == (10, 20, 3)
+    np.testing.assert_array_equal(image[..., 0], gray)
+    np.testing.assert_array_equal(image[..., 2], gray)
+
+
+def test_encoded_bytes_and_paths_are_decoded(tmp_path):
+    pixels = np.random.default_rng(0).integers(0, 256, (9, 13, 3), dtype=np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="PNG")
+    (tmp_path / "a.png").write_bytes(buffer.getvalue())
+    samples = [one(image=buffer.getvalue(), boxes=[(0, 0, 13, 9)]),
+               one(image=tmp_path / "a.png", boxes=[(0, 0, 13, 9)])]
+    detfmt.write(samples, tmp_path / "ds", classes=CLASSES)
+    ds = detfmt.open(tmp_path / "ds")
+    np.testing.assert_array_equal(ds[0].image, pixels)
+    np.testing.assert_array_equal(ds[1].image, pixels)
+    assert ds[1].file_name == "a.png"
+
+
+def test_max_side_resizes_and_records_the_mapping(tmp_path):
+    image = np.zeros((300, 400, 3), np.uint8)
+    detfmt.write([one(image=image, boxes=[(40, 30, 400, 300)])], tmp_path / "ds", classes=CLASSES,
+                 max_side=100)
+    ds = detfmt.open(tmp_path / "ds")
+    sample = ds[0]
+    assert sample.image.shape == (75, 100, 3)
+    np.testing.assert_allclose(sample.boxes, [[10, 7.5, 100, 75]])
+    np.testing.assert_array_equal(sample.orig_size, [300, 400])
+    np.testing.assert_allclose(sample.scale_offset, [0.25, 0.25, 0, 0])
+    assert ds.header.image.max_side == 100
+
+
+def test_small_images_are_never_upscaled(tmp_path):
+    detfmt.write([one()], tmp_path / "ds", classes=CLASSES, max_side=100)
+    assert detfmt.open(tmp_path / "ds")[0].image.shape == (10, 20, 3)
+
+
+def test_fixed_size_letterboxes_and_gives_one_array(tmp_path):
+    samples = [one(image=np.full((10, 20, 3), 7, np.uint8), boxes=[(0, 0, 20, 10)]),
+               one(image=np.full((30, 15, 3), 9, np.uint8), boxes=[(0, 0, 15, 30)])]
+    detfmt.write(samples, tmp_path / "ds", classes=CLASSES, fixed_size=(32, 32))
+    ds = detfmt.open(tmp_path / "ds")
+    assert ds.header.image.fixed_shape == (32, 32, 3)
+    images = ds.fixed_images
+    assert images.shape == (2, 32, 32, 3)
+    np.testing.assert_allclose(ds[0].boxes, [[0, 8, 32, 24]])  # 20x10 -> 32x16, top pad 8
+    assert images[0, 0, 0, 0] == 114 and images[0, 16, 16, 0] == 7
+    np.testing.assert_allclose(ds[1].boxes, [[8, 0, 24, 32]])
+    np.testing.assert_array_equal(images[1], ds[1].image)
+
+
+def test_target_exists_and_overwrite(tmp_path):
+    detfmt.write(make_samples(2), tmp_path / "ds", classes=CLASSES)
+    with pytest.raises(detfmt.TargetExistsError):
+        detfmt.write(make_samples(3), tmp_path / "ds", classes=CLASSES)
+    assert len(detfmt.open(tmp_path / "ds")) == 2
+    detfmt.write(make_samples(3), tmp_path / "ds", classes=CLASSES, overwrite=True)
+    assert len(detfmt.open(tmp_path / "ds")) == 3
+    assert not list(tmp_path.glob(".detfmt-tmp-*"))
+
+
+def test_overwrite_refuses_a_non_dataset(tmp_path):
+    victim = tmp_path / "mine"
+    victim.mkdir()
+    (victim / "precious.txt").write_text("keep me")
+    with pytest.raises(detfmt.TargetExistsError, match="not a detfmt dataset"):
+        detfmt.write(make_samples(1), victim, classes=CLASSES, overwrite=True)
+    assert (victim / "precious.txt").read_text() == "keep me"
+
+
+def test_a_failing_generator_leaves_nothing(tmp_path):
+    def broken():
+        yield from make_samples(3)
+        raise RuntimeError("source failed")
+
+    with pytest.raises(RuntimeError, match="source failed"):
+        detfmt.write(broken(), tmp_path / "ds", classes=CLASSES)
+    assert not (tmp_path / "ds").exists()
+    assert not list(tmp_path.glob(".detfmt-tmp-*"))
+
+
+def test_a_held_lock_is_a_typed_error(tmp_path):
+    from detfmt import _io
+
+    fd = _io.lock_target(tmp_path / "ds")
+    try:
+        with pytest.raises(detfmt.TargetLockedError):
+            detfmt.write(make_samples(1), tmp_path / "ds", classes=CLASSES)
+    finally:
+        _io.unlock(fd)
+
+
+def test_workers_give_identical_bytes(tmp_path):
+    samples = make_samples(20, seed=5)
+    detfmt.write(samples, tmp_path / "serial", classes=CLASSES, codec="zstd")
+    detfmt.write(samples, tmp_path / "parallel", classes=CLASSES, codec="zstd", workers=2)
+    for name in detfmt.open(tmp_path / "serial").header.files:
+        assert (tmp_path / "serial" / name).read_bytes() == (tmp_path / "parallel" / name
+                                                            ).read_bytes(), name
+
+
+def test_zero_samples_and_zero_boxes(tmp_path):
+    detfmt.write([], tmp_path / "empty", classes=CLASSES)
+    ds = detfmt.open(tmp_path / "empty")
+    assert len(ds) == 0 and ds.header.max_boxes == 0
+    assert detfmt.verify(tmp_path / "empty").ok
+    detfmt.write([one(boxes=np.zeros((0, 4)), classes=[])] * 3, tmp_path / "nobox",
+                 classes=CLASSES)
+    ds = detfmt.open(tmp_path / "nobox")
+    assert ds.boxes.shape == (3, 0, 4)
+    batch = ds.batch([0, 1, 2])
+    assert batch.boxes.shape == (3, 0, 4) and batch.mask.shape == (3, 0)
+
+
+def test_padding_slots_are_exact(tmp_path):
+    samples = make_samples(10, seed=2, fields=True)
+    detfmt.write(samples, tmp_path / "ds", classes=CLASSES, box_fields={"iscrowd": "uint8"})
+    ds = detfmt.open(tmp_path / "ds")
+    mask = np.arange(ds.header.max_boxes) < np.asarray(ds.counts)[:, None]
+    assert (np.asarray(ds.boxes)[~mask].view(np.uint32) == 0).all()
+    assert (np.asarray(ds.classes)[~mask] == spec.CLASS_PADDING).all()
+    assert (np.asarray(ds.box_fields["iscrowd"])[~mask] == 0).all()
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"codec": "webp"}, {"max_side": 0}, {"fixed_size": (0, 3)}, {"workers": -1},
+     {"box_fields": {"Bad Name": "uint8"}}, {"box_fields": {"x": "float64"}},
+     {"metadata": {"a": 1}}, {"classes": ["a", "a"]}, {"classes": [3]}],
+)
+def test_bad_options_are_usage_errors(tmp_path, options):
+    options = {"classes": CLASSES, **options}
+    with pytest.raises(detfmt.UsageError):
+        detfmt.write(make_samples(1), tmp_path / "ds", **options)
+
+
+def test_concurrent_writers_one_wins(tmp_path):
+    results = []
+
+    def run(seed):
+        try:
+            detfmt.write(make_samples(30, seed=seed), tmp_path / "ds", classes=CLASSES)
+            results.append(("ok", seed))
+        except (detfmt.TargetExistsError, detfmt.TargetLockedError) as error:
+            results.append((type(error).__name__, seed))
+
+    threads = [threading.Thread(target=run, args=(seed,)) for seed in (1, 2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(r[0] for r in results).count("ok") == 1
+    winner = next(seed for status, seed in results if status == "ok")
+    expected = make_samples(30, seed=winner)
+    ds = detfmt.open(tmp_path / "ds")
+    np.testing.assert_array_equal(ds[7].image, expected[7]["image"])
+    assert detfmt.verify(tmp_path / "ds").ok
