@@ -6,6 +6,7 @@
 """
 
 from detfmt.torch.batch import Batch
+from detfmt.torch.dataset import DetectionDataset, RingDataLoader, collate
 from detfmt.torch.loader import Loader
 
-__all__ = ["Batch", "Loader"]
+__all__ = ["Batch", "DetectionDataset", "Loader", "RingDataLoader", "collate"]

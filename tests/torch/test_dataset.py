@@ -1,0 +1,100 @@
+"""DataLoader compatibility: DetectionDataset + collate, DistributedSampler, RingDataLoader."""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import multiprocessing
+import pickle
+
+import pytest
+import torch
+import torch.utils.data as tud
+from conftest import varied_shapes
+from test_loader import check_batch
+
+from detfmt.order import epoch_permutation
+from detfmt.torch import DetectionDataset, Loader, RingDataLoader, collate
+
+
+def flat(rows) -> list[int]:
+    return list(itertools.chain.from_iterable(rows))
+
+
+def test_dataset_pickles_path_only(make_ds):
+    ds = make_ds(varied_shapes(6))
+    dataset = DetectionDataset(ds)
+    dataset[0]  # opened
+    data = pickle.dumps(dataset)
+    assert len(data) < 1000
+    clone = pickle.loads(data)
+    assert clone._ds is None
+    assert torch.equal(clone[3]["image"], dataset[3]["image"])
+
+
+@pytest.mark.slow
+def test_dataloader_workers_and_collate(make_ds):
+    ds = make_ds(varied_shapes(13))
+    loader = tud.DataLoader(DetectionDataset(ds.path), batch_size=4, num_workers=2,
+                            collate_fn=collate)
+    batches = list(loader)
+    assert flat(b.indices.tolist() for b in batches) == list(range(13))
+    for batch in batches:
+        check_batch(batch, ds)
+
+
+def test_distributed_sampler_shares(make_ds):
+    ds = make_ds(varied_shapes(11))
+    dataset = DetectionDataset(ds)
+    seen = []
+    for rank in range(2):
+        sampler = tud.DistributedSampler(dataset, num_replicas=2, rank=rank, shuffle=True, seed=3)
+        loader = tud.DataLoader(dataset, batch_size=3, sampler=sampler, collate_fn=collate)
+        seen.append(flat(b.indices.tolist() for b in loader))
+    assert len(seen[0]) == len(seen[1]) == 6
+    assert set(seen[0]) | set(seen[1]) == set(range(11))
+
+
+def live_children() -> list:
+    return multiprocessing.active_children()
+
+
+@pytest.mark.slow
+def test_ring_dataloader_matches_loader_and_is_safe(make_ds):
+    ds = make_ds(varied_shapes(40))
+    ring = RingDataLoader(ds, 4, num_workers=2, seed=5, prefetch_factor=2)
+    reference = [b.indices.tolist() for b in Loader(ds, 4, seed=5)]
+    batches = list(ring)  # hold them all: slots run out, the rest take the fallback path
+    ptrs = [b.images.untyped_storage().data_ptr() for b in batches]
+    assert len(set(ptrs)) == len(ptrs)  # no held batch shares a buffer with another
+    assert [b.indices.tolist() for b in batches] == reference
+    for batch in batches:
+        check_batch(batch, ds)
+    assert flat(reference) == epoch_permutation(5, 0, 40).tolist()
+    del batches
+    gc.collect()
+    # next epoch, recycling the ring; stop early and resume in a new loader
+    it = iter(ring)
+    first = [next(it).indices.tolist() for _ in range(3)]
+    state = ring.state_dict()
+    it.close()
+    assert not live_children()
+    other = RingDataLoader(ds, 4, num_workers=1, seed=0)
+    other.load_state_dict(state)
+    rest = [b.indices.tolist() for b in other]
+    assert flat(first + rest) == epoch_permutation(5, 1, 40).tolist()
+
+
+@pytest.mark.slow
+def test_ring_dataloader_recycles_without_fallback(make_ds):
+    ds = make_ds([(16, 16)] * 64)
+    ring = RingDataLoader(ds, 4, num_workers=2, prefetch_factor=2, layout="HWC")
+    count = 0
+    slot_ptrs = {slot.tensor.data_ptr() for slot in ring.ring.slots}
+    for batch in ring:
+        assert batch.images.shape == (4, 16, 16, 3)
+        assert batch.images.untyped_storage().data_ptr() in slot_ptrs  # no fallback copy
+        check_batch(batch, ds, layout="HWC")
+        count += 1
+    assert count == 16
+    assert len(ring.ring.slots) == 2 * 2 + 2
