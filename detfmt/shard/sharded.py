@@ -1,0 +1,372 @@
+"""``ShardedDataset``: a 1.1 dataset over many packed shards, with the 1.0 ``ds[i]``/``batch`` API.
+
+Global index i maps to (shard, local index) by the manifest's prefix sums (S-5). Local roots map
+shards in place; remote roots (any fsspec URL) fetch whole shards into a node-local cache that
+follows the known epoch order (prefetch the next shards, never evict them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from detfmt import errors
+from detfmt.reader import NumpyBatch, Sample, SampleIndexError
+from detfmt.shard.errors import SchemaMismatchError, ShardChecksumError
+from detfmt.shard.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, Manifest, decode_manifest
+from detfmt.shard.order import EpochPlan, OrderState
+from detfmt.shard.packed import PackedDataset
+
+__all__ = ["ShardedDataset", "is_sharded", "open_sharded"]
+
+
+def is_sharded(path: str | os.PathLike[str]) -> bool:
+    """True for a remote URL or a local directory holding manifest.json (S-1)."""
+    text = os.fspath(path)
+    if "://" in text:
+        return True
+    return os.path.isfile(os.path.join(text, MANIFEST_NAME))
+
+
+class ShardedDataset(Sequence):
+    """A sharded (1.1) dataset. Use :func:`detfmt.open` or :func:`open_sharded`.
+
+    Args:
+        root: local directory or fsspec URL (``s3://bucket/ds``, ``http://host/ds``...).
+        storage_options: passed to fsspec for remote roots.
+        cache_dir: node-local shard cache for remote roots (default: a directory under the
+            system temp dir named after the write id).
+        cache_limit: byte bound of that cache (LRU; shards the plan needs next are kept).
+        max_open: shards kept mapped at once (remote default 8; local: all).
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        storage_options: Mapping[str, Any] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | None = None,
+        max_open: int | None = None,
+    ) -> None:
+        self.root = os.fspath(root)
+        self._options = dict(
+            storage_options=dict(storage_options or {}),
+            cache_dir=os.fspath(cache_dir) if cache_dir is not None else None,
+            cache_limit=cache_limit,
+            max_open=max_open,
+        )
+        self.remote = "://" in self.root and not self.root.startswith("file://")
+        self._cache = None
+        if self.remote:
+            import fsspec  # an extra: only remote roots need it
+
+            self._fs, self._fs_root = fsspec.core.url_to_fs(self.root, **(storage_options or {}))
+            self._fs_root = self._fs_root.rstrip("/")
+            where = f"{self.root}/{MANIFEST_NAME}"
+            try:
+                data = self._fs.cat_file(f"{self._fs_root}/{MANIFEST_NAME}")
+            except FileNotFoundError as error:
+                raise errors.DatasetNotFoundError("no manifest.json", path=where) from error
+            self.manifest: Manifest = decode_manifest(data, where)
+            from detfmt.shard.cache import ShardCache
+
+            base = cache_dir or os.path.join(tempfile.gettempdir(), "detfmt-cache")
+            self._cache = ShardCache(
+                self._fs, self._fs_root, base, self.manifest.write_id, cache_limit=cache_limit
+            )
+            self._max_open = max_open or 8
+        else:
+            if self.root.startswith("file://"):
+                self.root = self.root[len("file://") :]
+            where = os.path.join(self.root, MANIFEST_NAME)
+            try:
+                with open(where, "rb") as f:
+                    data = f.read(MAX_MANIFEST_BYTES + 1)
+            except FileNotFoundError as error:
+                raise errors.DatasetNotFoundError("no manifest.json", path=where) from error
+            self.manifest = decode_manifest(data, where)
+            self._max_open = max_open or max(1, len(self.manifest.shards))
+        self.shards = self.manifest.shards
+        self.schema = self.manifest.schema
+        self._starts = np.array([s.first_index for s in self.shards], dtype=np.int64)
+        self._counts = np.array([s.num_samples for s in self.shards], dtype=np.int64)
+        self._open: OrderedDict[int, PackedDataset] = OrderedDict()
+        self._lock = threading.Lock()
+        self._plan_shards: list[int] = []
+
+    # ------------------------------------------------------------------ shards
+
+    def __len__(self) -> int:
+        return self.manifest.num_samples
+
+    @property
+    def class_names(self) -> list[str]:
+        return [c.name for c in self.schema.classes]
+
+    def locate(self, index: int) -> tuple[int, int]:
+        """(shard number, local index) of global sample ``index`` (S-5)."""
+        i = self._check_index(index)
+        k = int(np.searchsorted(self._starts, i, side="right")) - 1
+        return k, i - int(self._starts[k])
+
+    def _check_index(self, index: int) -> int:
+        try:
+            i = int(index)
+        except (TypeError, ValueError) as error:
+            raise errors.UsageError(f"sample index must be an int, got {index!r}") from error
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise SampleIndexError(
+                f"sample index {index} out of range for {n} samples", path=self.root
+            )
+        return i
+
+    def shard(self, k: int) -> PackedDataset:
+        """The opened reader of shard ``k`` (fetched into the cache first for remote roots)."""
+        with self._lock:
+            ds = self._open.get(k)
+            if ds is not None:
+                self._open.move_to_end(k)
+                return ds
+        ds = self._open_shard(k)
+        with self._lock:
+            self._open[k] = ds
+            self._open.move_to_end(k)
+            while len(self._open) > self._max_open:
+                self._open.popitem(last=False)
+        return ds
+
+    def _open_shard(self, k: int) -> PackedDataset:
+        info = self.shards[k]
+        if self._cache is not None:
+            path = self._cache.fetch(info)
+        else:
+            path = os.path.join(self.root, *info.path.split("/"))
+        try:
+            size = os.stat(path).st_size
+        except FileNotFoundError as error:
+            raise errors.LayoutError(
+                f"shard {info.path} is missing", rule="FILE_MISSING", path=path
+            ) from error
+        if size != info.bytes:
+            raise ShardChecksumError(
+                f"shard is {size} bytes, manifest says {info.bytes}", rule="SHARD_SIZE", path=path
+            )
+        ds = PackedDataset(path)
+        self._check_schema(ds, k)
+        return ds
+
+    def _check_schema(self, ds: PackedDataset, k: int) -> None:
+        """S-8: the shard's own header must agree with the manifest."""
+        h, s, info = ds.header, self.schema, self.shards[k]
+        problems = []
+        if [(c.name, c.source_id) for c in h.classes] != [(c.name, c.source_id) for c in s.classes]:
+            problems.append("classes")
+        if [(f.name, f.dtype) for f in h.box_fields] != [(f.name, f.dtype) for f in s.box_fields]:
+            problems.append("box_fields")
+        if list(h.image_fields) != list(s.image_fields):
+            problems.append("image_fields")
+        if s.fixed_shape is not None and list(h.image.fixed_shape or []) != s.fixed_shape:
+            problems.append("fixed_shape")
+        if h.image.max_side != s.max_side:
+            problems.append("max_side")
+        if s.codec != "mixed" and set(h.image.codecs) - {s.codec}:
+            problems.append("codec")
+        if h.num_samples != info.num_samples or h.max_boxes != info.max_boxes:
+            problems.append("num_samples/max_boxes")
+        if problems:
+            raise SchemaMismatchError(
+                f"shard disagrees with the manifest: {', '.join(problems)}", path=str(ds.path)
+            )
+
+    def verify_checksums(self) -> None:
+        """Hash every local shard against the manifest (S-7); raises `ShardChecksumError`."""
+        import xxhash
+
+        for k, info in enumerate(self.shards):
+            path = self._cache.fetch(info) if self._cache else os.path.join(self.root, info.path)
+            digest = xxhash.xxh3_64()
+            with open(path, "rb") as f:
+                while chunk := f.read(8 << 20):
+                    digest.update(chunk)
+            if digest.hexdigest() != info.xxh3_64:
+                raise ShardChecksumError(
+                    f"shard {k} xxh3 {digest.hexdigest()}, manifest says {info.xxh3_64}", path=path
+                )
+
+    # ------------------------------------------------------------------ samples
+
+    def __getitem__(self, index: int) -> Sample:  # type: ignore[override]
+        if isinstance(index, slice):
+            raise errors.UsageError("use ds.batch(indices) to read several samples")
+        k, j = self.locate(index)
+        return dataclasses.replace(self.shard(k)[j], index=int(self._starts[k]) + j)
+
+    def image_shape(self, index: int) -> tuple[int, int, int]:
+        k, j = self.locate(index)
+        return self.shard(k).image_shape(j)
+
+    def decode_into(self, index: int, out: np.ndarray) -> None:
+        k, j = self.locate(index)
+        self.shard(k).decode_into(j, out)
+
+    def batch(
+        self, indices: Sequence[int] | np.ndarray, out: np.ndarray | None = None, pad_value: int = 0
+    ) -> NumpyBatch:
+        """Gather samples from any shards into one batch, re-padded to its own maximum (S-12)."""
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        n = len(self)
+        if idx.size and (idx.min() < -n or idx.max() >= n):
+            raise SampleIndexError(f"batch index out of range for {n} samples", path=self.root)
+        idx = np.where(idx < 0, idx + n, idx)
+        ks = np.searchsorted(self._starts, idx, side="right") - 1
+        local = idx - self._starts[ks]
+        groups = [(int(k), np.flatnonzero(ks == k)) for k in np.unique(ks)]
+        b = idx.size
+        heights = np.zeros(b, np.int64)
+        widths = np.zeros(b, np.int64)
+        counts = np.zeros(b, np.int64)
+        readers = {}
+        for k, pos in groups:
+            ds = readers[k] = self.shard(k)
+            heights[pos] = ds.index["height"][local[pos]]
+            widths[pos] = ds.index["width"][local[pos]]
+            counts[pos] = ds.counts[local[pos]]
+        hmax = int(heights.max()) if b else 0
+        wmax = int(widths.max()) if b else 0
+        m = int(counts.max()) if b else 0
+        images = PackedDataset._batch_buffer(out, b, hmax, wmax)
+        boxes = np.zeros((b, m, 4), np.float32)
+        classes = np.full((b, m), -1, np.int32)
+        fields_ = {f.name: np.zeros((b, m), np.dtype(f.dtype)) for f in self.schema.box_fields}
+        for k, pos in groups:
+            ds = readers[k]
+            loc = local[pos]
+            mk = min(m, ds.boxes.shape[1])
+            boxes[pos, :mk] = ds.boxes[loc, :mk]
+            classes[pos, :mk] = ds.classes[loc, :mk]
+            for name, arr in fields_.items():
+                arr[pos, :mk] = ds.box_fields[name][loc, :mk]
+            ds._raise_label_errors(
+                loc,
+                boxes[pos],
+                classes[pos],
+                counts[pos],
+                {name: arr[pos] for name, arr in fields_.items()},
+            )
+            for j, li in zip(pos.tolist(), loc.tolist(), strict=True):
+                h, w = int(heights[j]), int(widths[j])
+                ds.decode_into(li, images[j, :h, :w])
+                if h < hmax:
+                    images[j, h:] = pad_value
+                if w < wmax:
+                    images[j, :h, w:] = pad_value
+        mask = np.arange(m) < counts[:, None]
+        sizes = np.stack([heights, widths], axis=1).astype(np.int32)
+        return NumpyBatch(
+            images=images,
+            sizes=sizes,
+            boxes=boxes,
+            classes=classes,
+            mask=mask,
+            indices=idx,
+            fields=fields_,
+        )
+
+    # ------------------------------------------------------------------ epoch order
+
+    def plan(
+        self,
+        *,
+        seed: int,
+        epoch: int,
+        batch_size: int,
+        world_size: int = 1,
+        rank: int = 0,
+        window: int = 4,
+        shuffle: bool = True,
+        samples_seen: int = 0,
+    ) -> EpochPlan:
+        """This rank's batches of one epoch in the elastic global order (S-18..S-20)."""
+        return EpochPlan.build(
+            self._counts.tolist(),
+            OrderState(seed, epoch, samples_seen),
+            world_size=world_size,
+            rank=rank,
+            batch_size=batch_size,
+            window=window,
+            shuffle=shuffle,
+        )
+
+    def iter_batches(
+        self, plan: EpochPlan, *, prefetch_shards: int = 2, out: np.ndarray | None = None
+    ) -> Iterator[NumpyBatch]:
+        """Yield ``plan``'s batches; remote shards are prefetched and pinned ahead of use.
+
+        A shard is pinned in the cache from ``prefetch_shards`` shards before its first use
+        until its last use in this plan, so eviction never removes what the order needs next.
+        """
+        batches = list(plan.batches())
+        if self._cache is not None and batches:
+            nshards = len(self.shards)
+            first = np.full(nshards, len(batches), np.int64)
+            last = np.full(nshards, -1, np.int64)
+            for t, b in enumerate(batches):
+                ks = np.unique(plan.shard_of[b])
+                first[ks] = np.minimum(first[ks], t)
+                last[ks] = t
+            by_first = [int(k) for k in np.argsort(first, kind="stable") if last[k] >= 0]
+            rank_of = {k: r for r, k in enumerate(by_first)}
+        for t, batch in enumerate(batches):
+            if self._cache is not None:
+                active = [k for k in by_first if first[k] <= t <= last[k]]
+                top = max((rank_of[k] for k in active), default=-1)
+                ahead = [k for k in by_first[top + 1 : top + 1 + prefetch_shards] if first[k] > t]
+                self._cache.protect([self.shards[k] for k in active + ahead])
+                self._cache.prefetch([self.shards[k] for k in active + ahead])
+            yield self.batch(batch, out=out)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def close(self) -> None:
+        with self._lock:
+            self._open.clear()
+        if self._cache is not None:
+            self._cache.close()
+
+    def __enter__(self) -> ShardedDataset:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __reduce__(self):
+        return (_reopen, (self.root, self._options, self.manifest.write_id))
+
+    def __repr__(self) -> str:
+        return (
+            f"detfmt.ShardedDataset({self.root!r}, samples={len(self)}, "
+            f"shards={len(self.shards)}, classes={len(self.schema.classes)})"
+        )
+
+
+def _reopen(root: str, options: dict, write_id: str) -> ShardedDataset:
+    ds = ShardedDataset(root, **options)
+    if ds.manifest.write_id != write_id:
+        raise errors.DatasetChangedError("the manifest was republished since pickling", path=root)
+    return ds
+
+
+def open_sharded(root: str | os.PathLike[str], **options: Any) -> ShardedDataset:
+    """Open a sharded (1.1) dataset, local or remote; see `ShardedDataset` for options."""
+    return ShardedDataset(root, **options)

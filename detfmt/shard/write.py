@@ -1,0 +1,264 @@
+"""Engine-agnostic distributed writing: ``write_shard`` per task, one ``commit`` at the end.
+
+Any engine (Ray, Dask, Spark, Slurm arrays, multiprocessing) runs ``write_shard`` per partition
+and returns its `ShardMeta` to one driver, which calls ``commit``. Shard names are functions of
+the caller's key, so a retried task overwrites its own file instead of adding a duplicate (S-13);
+the manifest is published last and atomically (S-15), so readers never see a partial write.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import msgspec
+import xxhash
+
+from detfmt import errors
+from detfmt.reader import Dataset
+from detfmt.shard.manifest import (
+    FORMAT_VERSION,
+    MANIFEST_NAME,
+    BoxFieldInfo,
+    ClassEntry,
+    Manifest,
+    Schema,
+    ShardInfo,
+    fsync_dir,
+    publish_manifest,
+    read_manifest,
+)
+from detfmt.shard.pack import pack_directory
+
+__all__ = ["DEFAULT_SHARD_BYTES", "ShardMeta", "commit", "gc", "shard_path", "write_shard"]
+
+DEFAULT_SHARD_BYTES = 128 << 20
+SHARD_DIR = "shards"
+_KEY = re.compile(r"[A-Za-z0-9_.-]{1,128}\Z")
+
+
+class ShardMeta(msgspec.Struct, frozen=True, kw_only=True):
+    """What a write task reports to the driver: one shard's manifest entry plus its schema."""
+
+    key: str
+    path: str
+    num_samples: int
+    bytes: int
+    xxh3_64: str
+    max_boxes: int
+    schema: Schema
+
+
+def shard_path(key: str) -> str:
+    """The shard's path relative to the root, a pure function of its key (S-13)."""
+    if not isinstance(key, str) or not _KEY.match(key) or key in (".", ".."):
+        raise errors.UsageError(f"shard key must match [A-Za-z0-9_.-]{{1,128}}, got {key!r}")
+    return f"{SHARD_DIR}/part-{key}.detfmt"
+
+
+class _HashingWriter:
+    def __init__(self, f: Any) -> None:
+        self.f = f
+        self.digest = xxhash.xxh3_64()
+        self.size = 0
+
+    def write(self, data: bytes) -> int:
+        self.digest.update(data)
+        self.size += len(data)
+        return self.f.write(data)
+
+
+def _schema_of(ds: Dataset, codec: str) -> Schema:
+    h = ds.header
+    return Schema(
+        codec=codec,  # type: ignore[arg-type]
+        classes=[ClassEntry(name=c.name, source_id=c.source_id) for c in h.classes],
+        box_fields=[BoxFieldInfo(name=f.name, dtype=f.dtype) for f in h.box_fields],
+        image_fields=list(h.image_fields),
+        fixed_shape=list(h.image.fixed_shape) if h.image.fixed_shape else None,
+        max_side=h.image.max_side,
+    )
+
+
+def write_shard(
+    samples: Iterable[Any],
+    root: str | os.PathLike[str],
+    key: str,
+    *,
+    classes: Sequence[Any],
+    codec: str = "raw",
+    **write_options: Any,
+) -> ShardMeta:
+    """Write one shard (a packed 1.0 dataset) at ``<root>/shards/part-<key>.detfmt``.
+
+    ``samples``, ``classes``, ``codec`` and ``write_options`` are those of `detfmt.write`
+    (``max_side``, ``fixed_size``, ``clip``, ``box_fields``, ``jpeg_quality``, ``zstd_level``,
+    ``metadata``). The file appears complete or not at all; a retry with the same key and samples
+    writes the same bytes to the same name (S-13, S-14). Nothing is published until `commit`.
+    """
+    from detfmt.writer import write  # the writer pulls in the image stack; keep it lazy
+
+    rel = shard_path(key)
+    for bad in ("overwrite", "workers", "progress"):
+        if bad in write_options:
+            raise errors.UsageError(f"write_shard does not take {bad!r}")
+    shards_dir = os.path.join(os.fspath(root), SHARD_DIR)
+    try:
+        os.makedirs(shards_dir, exist_ok=True)
+        work = tempfile.mkdtemp(prefix=f".tmp-{key}-", dir=shards_dir)
+    except OSError as error:
+        raise errors.WriteError(f"cannot create {shards_dir}: {error}", path=shards_dir) from error
+    final = os.path.join(os.fspath(root), rel)
+    try:
+        src = os.path.join(work, "ds")
+        write(samples, src, classes=classes, codec=codec, progress=False, **write_options)
+        with Dataset(src) as ds:
+            schema = _schema_of(ds, codec)
+            num, max_boxes = len(ds), ds.header.max_boxes
+        tmp = os.path.join(work, "packed")
+        with open(tmp, "wb") as f:
+            out = _HashingWriter(f)
+            pack_directory(src, out)  # type: ignore[arg-type]
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, final)
+        fsync_dir(shards_dir)
+    except OSError as error:
+        raise errors.WriteError(f"writing shard {key!r} failed: {error}", path=final) from error
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return ShardMeta(
+        key=key,
+        path=rel,
+        num_samples=num,
+        bytes=out.size,
+        xxh3_64=out.digest.hexdigest(),
+        max_boxes=max_boxes,
+        schema=schema,
+    )
+
+
+def _common_schema(metas: Sequence[ShardMeta]) -> Schema:
+    """All shards must agree; fixed_shape survives only when every shard has the same one."""
+    first = metas[0].schema
+    shapes = {tuple(m.schema.fixed_shape) if m.schema.fixed_shape else None for m in metas}
+    base = msgspec.structs.replace(first, fixed_shape=None)
+    for m in metas:
+        if msgspec.structs.replace(m.schema, fixed_shape=None) != base:
+            raise errors.UsageError(
+                f"shard {m.key!r} has a different schema than shard {metas[0].key!r}",
+                rule="SCHEMA_MISMATCH",
+            )
+    shape = shapes.pop() if len(shapes) == 1 else None
+    return msgspec.structs.replace(first, fixed_shape=list(shape) if shape else None)
+
+
+def commit(
+    root: str | os.PathLike[str],
+    metas: Iterable[ShardMeta | Mapping[str, Any]],
+    *,
+    write_id: str | None = None,
+    metadata: Mapping[str, str] | None = None,
+    schema: Schema | None = None,
+) -> Manifest:
+    """Publish the manifest listing ``metas`` (sorted by key), atomically (S-15).
+
+    Each shard file must exist with the size its meta reports. Shards from earlier manifests or
+    failed attempts that are not listed stay on disk until `gc` removes them.
+    """
+    root = os.fspath(root)
+    metas = [m if isinstance(m, ShardMeta) else msgspec.convert(m, ShardMeta) for m in metas]
+    metas.sort(key=lambda m: m.key.encode())
+    keys = [m.key for m in metas]
+    if len(set(keys)) != len(keys):
+        raise errors.UsageError("two shards share a key", rule="SHARD_KEY")
+    if os.path.exists(os.path.join(root, "header.json")):
+        raise errors.TargetExistsError("root holds a 1.0 dataset (header.json)", path=root)
+    if not metas and schema is None:
+        raise errors.UsageError("commit of zero shards needs an explicit schema")
+    for m in metas:
+        if shard_path(m.key) != m.path:
+            raise errors.UsageError(f"shard {m.key!r} path {m.path!r} does not match its key")
+        try:
+            size = os.stat(os.path.join(root, m.path)).st_size
+        except FileNotFoundError as error:
+            raise errors.WriteError(f"shard {m.path} is missing", path=root) from error
+        if size != m.bytes:
+            raise errors.WriteError(
+                f"shard {m.path} has {size} bytes, meta says {m.bytes}", path=root
+            )
+    shards, first = [], 0
+    for m in metas:
+        shards.append(
+            ShardInfo(
+                path=m.path,
+                key=m.key,
+                num_samples=m.num_samples,
+                first_index=first,
+                bytes=m.bytes,
+                xxh3_64=m.xxh3_64,
+                max_boxes=m.max_boxes,
+            )
+        )
+        first += m.num_samples
+    from detfmt import __version__
+
+    manifest = Manifest(
+        format="detfmt",
+        version=FORMAT_VERSION,
+        required_features=["sharded"],
+        write_id=write_id or uuid.uuid4().hex,
+        num_samples=first,
+        schema=schema if schema is not None else _common_schema(metas),
+        shards=shards,
+        writer=f"detfmt-python {__version__}",
+        metadata=dict(metadata or {}),
+    )
+    try:
+        publish_manifest(root, manifest)
+    except OSError as error:
+        raise errors.WriteError(f"cannot publish the manifest: {error}", path=root) from error
+    return manifest
+
+
+def gc(root: str | os.PathLike[str], *, grace_seconds: float = 3600.0) -> list[str]:
+    """Delete shard files and temporaries the manifest does not name, older than the grace (S-16).
+
+    Returns the removed paths. Without a manifest nothing is published, so everything older than
+    the grace period under ``shards/`` is an orphan.
+    """
+    root = os.fspath(root)
+    try:
+        listed = {s.path for s in read_manifest(root).shards}
+    except FileNotFoundError:
+        listed = set()
+    removed: list[str] = []
+    now = time.time()
+    shards_dir = os.path.join(root, SHARD_DIR)
+    if os.path.isdir(shards_dir):
+        for entry in os.scandir(shards_dir):
+            rel = f"{SHARD_DIR}/{entry.name}"
+            if rel in listed:
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                if now - entry.stat(follow_symlinks=False).st_mtime < grace_seconds:
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                else:
+                    os.unlink(entry.path)
+                removed.append(entry.path)
+    for entry in os.scandir(root):  # stale manifest temporaries from a crashed commit
+        if entry.name.startswith(".manifest.") and entry.name != MANIFEST_NAME:
+            with contextlib.suppress(FileNotFoundError):
+                if now - entry.stat().st_mtime >= grace_seconds:
+                    os.unlink(entry.path)
+                    removed.append(entry.path)
+    return sorted(removed)
