@@ -27,6 +27,8 @@ from detfmt.errors import (
 from detfmt.reader import Dataset, NumpyBatch, Sample
 from detfmt.reader import open_dataset as open
 from detfmt.schema import ClassInfo, Header
+from detfmt.shard.sharded import ShardedDataset
+from detfmt.shard.write import ShardMeta, commit, write_shard
 from detfmt.spec import FORMAT_VERSION
 from detfmt.verify import VerifyReport, verify
 from detfmt.writer import WriteReport, cleanup, write
@@ -51,6 +53,8 @@ __all__ = [
     "NotDetfmtError",
     "NumpyBatch",
     "Sample",
+    "ShardMeta",
+    "ShardedDataset",
     "TargetExistsError",
     "TargetLockedError",
     "TargetNotWritableError",
@@ -62,7 +66,9 @@ __all__ = [
     "WriteReport",
     "__version__",
     "cleanup",
+    "commit",
     "open",
     "verify",
     "write",
+    "write_shard",
 ]
