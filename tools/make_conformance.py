@@ -1,0 +1,934 @@
+"""Generate the detfmt 1.0 conformance suite under conformance/v1 (deterministic, byte-exact).
+
+This is an independent writer built from SPEC.md alone: it does not import detfmt, so the
+suite checks the reference implementation instead of echoing it. Payloads come from
+``conformance_payloads`` (hand-built zstd/PNG, frozen JPEG), so the output does not depend on the
+installed Pillow or libzstd.
+
+    python tools/make_conformance.py            # write conformance/v1 and conformance/cases.json
+    python tools/make_conformance.py --check    # exit 1 if the committed files differ
+
+Released cases are frozen: change a case only together with a SPEC change log entry.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import hashlib
+import json
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import xxhash
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import conformance_payloads as payloads
+
+ROOT = Path(__file__).resolve().parents[1] / "conformance"
+ALIGN = 64
+CODECS = {"raw": 0, "zstd": 1, "jpeg": 2, "png": 3}
+INDEX_DTYPE = np.dtype([
+    ("offset", "<u8"), ("nbytes", "<u8"), ("decoded_nbytes", "<u8"), ("checksum", "<u8"),
+    ("height", "<u4"), ("width", "<u4"), ("channels", "u1"), ("codec", "u1"), ("flags", "<u2"),
+    ("reserved", "<u4"),
+])
+INDEX_DESCR = [[name, INDEX_DTYPE.fields[name][0].str] for name in INDEX_DTYPE.names]
+IMAGE_FIELD_ARRAYS = {"orig_size": ("<u4", (2,)), "scale_offset": ("<f8", (4,)),
+                      "source_id": ("<i8", ())}
+#: JPEG tolerance against the reference pixels (the frozen JPEGs measure 0.8 / 3 with libjpeg).
+JPEG_MAX_MEAN_ABS_ERROR = 2.0
+JPEG_MAX_ABS_ERROR = 12
+WRITER = "detfmt-conformance-generator 1"
+
+
+def align(value: int) -> int:
+    return -(-value // ALIGN) * ALIGN
+
+
+def pattern(height: int, width: int, seed: int) -> np.ndarray:
+    """Deterministic, high-entropy test pixels (any byte error changes the hash)."""
+    y, x, c = np.mgrid[0:height, 0:width, 0:3]
+    return ((((y * width + x) * 3 + c) * 67 + seed * 29 + (y * x) % 7) % 256).astype(np.uint8)
+
+
+@dataclass
+class Sample:
+    image: np.ndarray
+    codec: str = "raw"
+    boxes: Sequence[Sequence[float]] = ()
+    classes: Sequence[int] = ()
+    box_fields: dict[str, Sequence[float]] = field(default_factory=dict)
+    orig_size: tuple[int, int] | None = None
+    scale_offset: tuple[float, float, float, float] | None = None
+    source_id: int | None = None
+    file_name: str | None = None
+    payload: bytes | None = None  # explicit encoded payload (handcrafted / frozen)
+
+
+@dataclass
+class Dataset:
+    """A dataset as bytes in memory: member files plus the header object."""
+
+    files: dict[str, bytes]
+    header: dict
+    samples: list[Sample]
+    header_raw: bytes | None = None  # replaces the encoded header (header cases)
+    extra: dict[str, bytes | None] = field(default_factory=dict)  # written after sealing
+
+    def seal(self) -> Dataset:
+        """Recompute header.files (size, xxh3-64) from the member bytes."""
+        self.header["files"] = {
+            name: {"size": len(data), "xxh3_64": xxhash.xxh3_64_hexdigest(data)}
+            for name, data in sorted(self.files.items())
+        }
+        return self
+
+    def header_bytes(self) -> bytes:
+        if self.header_raw is not None:
+            return self.header_raw
+        return json.dumps(self.header, ensure_ascii=False, indent=2).encode() + b"\n"
+
+    def write(self, directory: Path) -> None:
+        directory.mkdir(parents=True)
+        members = {"header.json": self.header_bytes(), **self.files, **self.extra}
+        for name, data in sorted(members.items()):
+            if data is None:
+                continue
+            target = directory / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+
+
+def encode(sample: Sample) -> bytes:
+    if sample.payload is not None:
+        return sample.payload
+    if sample.codec == "raw":
+        return sample.image.tobytes()
+    if sample.codec == "zstd":
+        return payloads.zstd_frame(sample.image.tobytes())
+    if sample.codec == "png":
+        return payloads.png(sample.image)
+    raise ValueError(f"no deterministic encoder for {sample.codec}; pass a payload")
+
+
+def build(samples: list[Sample], classes: Sequence[tuple[str, int | None]], *,
+          max_boxes: int | None = None, fixed_shape: tuple[int, int, int] | None = None,
+          box_fields: Sequence[tuple[str, str]] = (), image_fields: Sequence[str] = (),
+          max_side: int | None = None, version: str = "1.0",
+          extensions: dict | None = None, metadata: dict | None = None) -> Dataset:
+    """Lay out a valid dataset exactly as SPEC.md prescribes."""
+    n = len(samples)
+    m = max(
+        (len(s.boxes) for s in samples), default=0) if max_boxes is None else max_boxes
+    index = np.zeros(n, INDEX_DTYPE)
+    blob = bytearray()
+    for i, sample in enumerate(samples):
+        data = encode(sample)
+        height, width = sample.image.shape[:2]
+        index[i] = (len(blob), len(data), height * width * 3, xxhash.xxh3_64_intdigest(data),
+                    height, width, 3, CODECS[sample.codec], 0, 0)
+        blob += data + bytes(align(len(data)) - len(data))
+    boxes = np.zeros((n, m, 4), "<f4")
+    labels = np.full((n, m), -1, "<i4")
+    counts = np.zeros(n, "<i4")
+    for i, sample in enumerate(samples):
+        k = len(sample.boxes)
+        counts[i] = k
+        if k:
+            boxes[i, :k] = np.asarray(sample.boxes, np.float32)
+            labels[i, :k] = sample.classes
+    files = {"images.bin": bytes(blob), "index.npy": payloads.npy(index),
+             "boxes.npy": payloads.npy(boxes), "classes.npy": payloads.npy(labels),
+             "counts.npy": payloads.npy(counts)}
+    arrays = {"index.npy": {"dtype": INDEX_DESCR, "shape": [n]},
+              "boxes.npy": {"dtype": "<f4", "shape": [n, m, 4]},
+              "classes.npy": {"dtype": "<i4", "shape": [n, m]},
+              "counts.npy": {"dtype": "<i4", "shape": [n]}}
+    for name, dtype in box_fields:
+        values = np.zeros((n, m), dtype)
+        for i, sample in enumerate(samples):
+            k = len(sample.boxes)
+            if k:
+                values[i, :k] = sample.box_fields[name]
+        files[f"box_{name}.npy"] = payloads.npy(values)
+        arrays[f"box_{name}.npy"] = {"dtype": dtype, "shape": [n, m]}
+    for name in image_fields:
+        if name == "file_name":
+            encoded = [(s.file_name or "").encode() for s in samples]
+            offsets = np.zeros(n + 1, "<u8")
+            offsets[1:] = np.cumsum([len(e) for e in encoded]) if n else []
+            files["file_name.bin"] = b"".join(encoded)
+            files["file_name.offsets.npy"] = payloads.npy(offsets)
+            arrays["file_name.offsets.npy"] = {"dtype": "<u8", "shape": [n + 1]}
+            continue
+        dtype, tail = IMAGE_FIELD_ARRAYS[name]
+        values = np.zeros((n, *tail), dtype)
+        for i, sample in enumerate(samples):
+            values[i] = getattr(sample, name)
+        files[f"{name}.npy"] = payloads.npy(values)
+        arrays[f"{name}.npy"] = {"dtype": dtype, "shape": [n, *tail]}
+    codec_counts: dict[str, int] = {}
+    for sample in samples:
+        codec_counts[sample.codec] = codec_counts.get(sample.codec, 0) + 1
+    header = {
+        "format": "detfmt",
+        "version": version,
+        "num_samples": n,
+        "max_boxes": m,
+        "classes": [{"name": name, "source_id": source} for name, source in classes],
+        "image": {"channels": 3, "color": "RGB",
+                  "fixed_shape": list(fixed_shape) if fixed_shape else None,
+                  "max_side": max_side, "codecs": dict(sorted(codec_counts.items()))},
+        "files": {},
+        "arrays": dict(sorted(arrays.items())),
+        "required_features": [],
+        "extensions": extensions or {},
+        "box_fields": [{"name": name, "dtype": dtype} for name, dtype in box_fields],
+        "image_fields": list(image_fields),
+        "writer": WRITER,
+        "metadata": metadata or {},
+    }
+    return Dataset(files, header, samples).seal()
+
+
+# --------------------------------------------------------------------------- expected output
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def expected(dataset: Dataset) -> dict:
+    """The expected canonical dump (conformance/README.md), with JPEG pixels as a tolerance."""
+    header = json.loads(dataset.header_bytes())
+    out = []
+    for sample in dataset.samples:
+        k = len(sample.boxes)
+        record: dict = {
+            "height": int(sample.image.shape[0]),
+            "width": int(sample.image.shape[1]),
+            "channels": 3,
+            "codec": sample.codec,
+            "count": k,
+        }
+        if sample.codec == "jpeg":
+            record["pixels_tolerance"] = {
+                "reference": base64.b64encode(sample.image.tobytes()).decode(),
+                "max_mean_abs_error": JPEG_MAX_MEAN_ABS_ERROR,
+                "max_abs_error": JPEG_MAX_ABS_ERROR,
+            }
+        else:
+            record["pixels_sha256"] = sha256(sample.image.tobytes())
+        record["boxes_sha256"] = sha256(np.asarray(sample.boxes, "<f4").reshape(k, 4).tobytes())
+        record["classes_sha256"] = sha256(np.asarray(sample.classes, "<i4").reshape(k).tobytes())
+        fields = {}
+        for spec_field in header["box_fields"]:
+            values = np.asarray(sample.box_fields.get(spec_field["name"], []), spec_field["dtype"])
+            fields[spec_field["name"]] = sha256(values.reshape(k).tobytes())
+        record["box_fields"] = fields
+        image_fields: dict = {}
+        for name in header["image_fields"]:
+            value = getattr(sample, name)
+            image_fields[name] = list(value) if isinstance(value, tuple) else value
+        record["image_fields"] = image_fields
+        out.append(record)
+    return {"header": header, "samples": out}
+
+
+# --------------------------------------------------------------------------- valid cases
+
+CLASSES = [("cat", 17), ("dog", 18), ("person", 1)]
+
+
+def case_raw_variable() -> Dataset:
+    return build([
+        Sample(pattern(4, 6, 1), boxes=[[0.5, 0.25, 5.5, 3.75], [1, 1, 2, 2]], classes=[0, 2]),
+        Sample(pattern(5, 3, 2), boxes=[[0, 0, 3, 5]], classes=[1]),
+        Sample(pattern(2, 9, 3), boxes=[[8, 0, 9, 2], [0, 0, 1, 1], [2.5, 0.5, 6, 1.5]],
+               classes=[2, 2, 0]),
+    ], CLASSES)
+
+
+def case_zstd() -> Dataset:
+    a, b = pattern(4, 6, 4), np.zeros((10, 10, 3), np.uint8)
+    b[5:] = pattern(5, 10, 5)
+    c = pattern(3, 5, 6)
+    return build([
+        Sample(a, "zstd", boxes=[[0, 0, 6, 4]], classes=[0]),
+        Sample(b, "zstd", payload=payloads.zstd_frame(b.tobytes(), blocks=[("rle", 150),
+               ("raw", 150)], checksum=True), boxes=[[1, 5, 9, 10]], classes=[1]),
+        Sample(payloads.zstd_source(), "zstd", payload=payloads.FROZEN_ZSTD,
+               boxes=[[0, 0, 24, 16], [4, 4, 8, 8]], classes=[2, 0]),
+        Sample(c, "zstd", payload=payloads.zstd_frame(c.tobytes(), window_log=10)),
+    ], CLASSES)
+
+
+def case_png() -> Dataset:
+    return build([
+        Sample(pattern(7, 9, 7), "png", boxes=[[0, 0, 9, 7]], classes=[0]),
+        Sample(pattern(1, 1, 8), "png"),
+        Sample(pattern(6, 2, 9), "png", boxes=[[0, 1, 2, 5]], classes=[1]),
+    ], CLASSES)
+
+
+def case_jpeg() -> Dataset:
+    return build([
+        Sample(payloads.jpeg_source(16, 24), "jpeg", payload=payloads.FROZEN_JPEG[16, 24],
+               boxes=[[2, 3, 20, 15]], classes=[0]),
+        Sample(payloads.jpeg_source(5, 7), "jpeg", payload=payloads.FROZEN_JPEG[5, 7],
+               boxes=[[0, 0, 7, 5], [1, 1, 3, 3]], classes=[1, 2]),
+    ], CLASSES)
+
+
+def case_mixed_codecs() -> Dataset:
+    return build([
+        Sample(pattern(3, 4, 10), "raw", boxes=[[0, 0, 1, 1]], classes=[0]),
+        Sample(pattern(4, 3, 11), "zstd", boxes=[[1, 1, 3, 4]], classes=[1]),
+        Sample(payloads.jpeg_source(5, 7), "jpeg", payload=payloads.FROZEN_JPEG[5, 7]),
+        Sample(pattern(2, 2, 12), "png", boxes=[[0, 0, 2, 2]], classes=[2]),
+    ], CLASSES)
+
+
+def case_fixed_shape() -> Dataset:
+    return build([
+        Sample(pattern(5, 7, 13 + i), boxes=[[i, 0, i + 1, 5]], classes=[i % 3]) for i in range(4)
+    ], CLASSES, fixed_shape=(5, 7, 3), max_side=7)
+
+
+def case_zero_boxes() -> Dataset:
+    return build([
+        Sample(pattern(3, 3, 20)),
+        Sample(pattern(4, 2, 21), boxes=[[0, 0, 2, 4], [0, 1, 1, 2]], classes=[0, 1]),
+        Sample(pattern(2, 5, 22)),
+    ], CLASSES)
+
+
+def case_no_boxes() -> Dataset:
+    return build([Sample(pattern(3, 4, 23)), Sample(pattern(2, 2, 24))], CLASSES)
+
+
+def case_full_max_boxes() -> Dataset:
+    full = [[x, y, x + 1, y + 1] for x, y in ((0, 0), (1, 1), (2, 0), (3, 2), (0, 3))]
+    return build([
+        Sample(pattern(4, 4, 25), boxes=full, classes=[0, 1, 2, 0, 1]),
+        Sample(pattern(4, 4, 26), boxes=[[0, 0, 4, 4]], classes=[2]),
+    ], CLASSES, max_boxes=5)
+
+
+def case_box_fields() -> Dataset:
+    return build([
+        Sample(pattern(4, 5, 27), boxes=[[0, 0, 2, 2], [1, 1, 5, 4]], classes=[0, 1],
+               box_fields={"iscrowd": [0, 1], "track_id": [-7, 2**31 - 1],
+                           "score": [0.25, 1.0]}),
+        Sample(pattern(3, 3, 28)),
+        Sample(pattern(2, 4, 29), boxes=[[0, 0, 4, 2]], classes=[2],
+               box_fields={"iscrowd": [1], "track_id": [5], "score": [-0.5]}),
+    ], CLASSES, max_boxes=3,
+        box_fields=[("iscrowd", "|u1"), ("track_id", "<i4"), ("score", "<f4")])
+
+
+def case_image_fields() -> Dataset:
+    return build([
+        Sample(pattern(4, 6, 30), boxes=[[0, 0, 3, 2]], classes=[0], orig_size=(8, 12),
+               scale_offset=(0.5, 0.5, 0.0, 0.0), source_id=139, file_name="000000000139.jpg"),
+        Sample(pattern(3, 3, 31), orig_size=(3, 3), scale_offset=(1.0, 1.0, 0.0, 0.0),
+               source_id=-1, file_name=""),
+        Sample(pattern(2, 5, 32), orig_size=(5, 10), scale_offset=(0.5, 0.4, -0.25, 0.0),
+               source_id=2**40 + 3, file_name="dossier/été/猫 ü.png"),
+    ], CLASSES, image_fields=["orig_size", "scale_offset", "source_id", "file_name"])
+
+
+def case_unicode_classes() -> Dataset:
+    classes = [("猫", 1), ("Ünïcødé", 7), ("🚗 car", 90), ('quote " and \\ slash', None),
+               ("x", 2**40)]
+    return build([
+        Sample(pattern(3, 4, 33), boxes=[[0, 0, 1, 1], [1, 1, 2, 2], [2, 0, 4, 3]],
+               classes=[0, 2, 4]),
+        Sample(pattern(2, 2, 34), boxes=[[0, 0, 2, 2]], classes=[3]),
+    ], classes, metadata={"source": "conformance", "ключ": "значение"})
+
+
+def case_one_pixel() -> Dataset:
+    return build([Sample(pattern(1, 1, 35), boxes=[[0, 0, 1, 1]], classes=[0])], CLASSES)
+
+
+def case_empty() -> Dataset:
+    return build([], CLASSES)
+
+
+def case_box_edges() -> Dataset:
+    return build([
+        Sample(pattern(4, 6, 36), boxes=[[0, 0, 6, 4], [6, 4, 6, 4], [2, 1, 2, 3],
+                                         [0.125, 0.375, 5.875, 3.625]], classes=[0, 1, 2, 0]),
+    ], CLASSES)
+
+
+def case_extensions_ignored() -> Dataset:
+    return build([Sample(pattern(2, 3, 37), boxes=[[0, 0, 3, 2]], classes=[0])], CLASSES,
+                 extensions={"org.example.note": {"text": "ignored", "values": [1, 2]}},
+                 metadata={"k": "v"})
+
+
+def case_newer_minor() -> Dataset:
+    return build([Sample(pattern(2, 3, 38), boxes=[[0, 0, 1, 1]], classes=[1])], CLASSES,
+                 version="1.9")
+
+
+def case_npy_header_forms() -> Dataset:
+    """Readers accept .npy versions 2.0/3.0 and any key order, quoting and spacing (R-npy)."""
+    dataset = case_raw_variable()
+    counts = np.frombuffer(dataset.files["counts.npy"][-12:], "<i4")
+    labels = np.frombuffer(dataset.files["classes.npy"][-3 * 3 * 4:], "<i4").reshape(3, 3)
+    boxes = np.frombuffer(dataset.files["boxes.npy"][-3 * 3 * 16:], "<f4").reshape(3, 3, 4)
+    dataset.files["counts.npy"] = payloads.npy(counts, version=2)
+    dataset.files["classes.npy"] = payloads.npy(labels, version=3)
+    text = '{"shape": (3,3,4),"fortran_order":False, "descr":"<f4"}'
+    header = text + " " * (-(10 + len(text) + 1) % 64) + "\n"
+    dataset.files["boxes.npy"] = (b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little")
+                                  + header.encode() + boxes.tobytes())
+    return dataset.seal()
+
+
+VALID: dict[str, tuple[Callable[[], Dataset], str]] = {
+    "raw_variable": (case_raw_variable, "raw codec, variable image sizes, payload padding"),
+    "zstd": (case_zstd, "zstd frames: raw, RLE and compressed blocks, content checksum, "
+             "non-single-segment frame"),
+    "png": (case_png, "8-bit RGB PNG with all five filter types, stored deflate blocks"),
+    "jpeg": (case_jpeg, "baseline JPEG (pixels checked with a tolerance)"),
+    "mixed_codecs": (case_mixed_codecs, "one sample per codec in one dataset"),
+    "fixed_shape": (case_fixed_shape, "image.fixed_shape: raw (N, 5, 7, 3) with 128-byte stride"),
+    "zero_boxes": (case_zero_boxes, "images without boxes next to images with boxes"),
+    "no_boxes": (case_no_boxes, "max_boxes 0: boxes (N, 0, 4), classes (N, 0)"),
+    "full_max_boxes": (case_full_max_boxes, "a sample with count == max_boxes"),
+    "box_fields": (case_box_fields, "per-box fields of dtype |u1, <i4 and <f4"),
+    "image_fields": (case_image_fields, "orig_size, scale_offset, source_id, file_name (UTF-8)"),
+    "unicode_classes": (case_unicode_classes, "non-ASCII class names, null and large source ids"),
+    "one_pixel": (case_one_pixel, "a 1x1 image with a box covering it"),
+    "empty": (case_empty, "N = 0: empty images.bin, (0,) arrays"),
+    "box_edges": (case_box_edges, "boxes on the image border, zero-area boxes"),
+    "extensions_ignored": (case_extensions_ignored, "unknown extensions are ignored"),
+    "newer_minor": (case_newer_minor, "version 1.9 is read by a 1.0 reader"),
+    "npy_header_forms": (case_npy_header_forms, ".npy versions 2.0 and 3.0, other key order "
+                         "and quoting"),
+}
+
+
+# --------------------------------------------------------------------------- mutation helpers
+
+
+def load(dataset: Dataset, name: str) -> np.ndarray:
+    import io
+
+    return np.load(io.BytesIO(dataset.files[name])).copy()
+
+
+def store(dataset: Dataset, name: str, array: np.ndarray) -> None:
+    dataset.files[name] = payloads.npy(array)
+
+
+def edit_index(dataset: Dataset, i: int, **changes: int) -> Dataset:
+    index = load(dataset, "index.npy")
+    for key, value in changes.items():
+        index[i][key] = value
+    store(dataset, "index.npy", index)
+    return dataset.seal()
+
+
+def stored_payloads(dataset: Dataset) -> list[bytes]:
+    index, blob = load(dataset, "index.npy"), dataset.files["images.bin"]
+    return [blob[int(r["offset"]):int(r["offset"]) + int(r["nbytes"])] for r in index]
+
+
+def relayout(dataset: Dataset, data: list[bytes], *, shift: dict[int, int] | None = None,
+             checksums: bool = True) -> Dataset:
+    """Rewrite images.bin and the index for new payloads (optionally starting some late)."""
+    index = load(dataset, "index.npy")
+    blob = bytearray()
+    for i, payload in enumerate(data):
+        blob += bytes((shift or {}).get(i, 0))
+        index[i]["offset"] = len(blob)
+        index[i]["nbytes"] = len(payload)
+        if checksums:
+            index[i]["checksum"] = xxhash.xxh3_64_intdigest(payload)
+        blob += payload + bytes(align(len(blob) + len(payload)) - len(blob) - len(payload))
+    dataset.files["images.bin"] = bytes(blob)
+    store(dataset, "index.npy", index)
+    return dataset.seal()
+
+
+def replace_payload(dataset: Dataset, i: int, payload: bytes) -> Dataset:
+    data = stored_payloads(dataset)
+    data[i] = payload
+    return relayout(dataset, data)
+
+
+def edit_header(dataset: Dataset, edit: Callable[[dict], object]) -> Dataset:
+    edit(dataset.header)
+    return dataset
+
+
+def raw_header(dataset: Dataset, transform: Callable[[bytes], bytes]) -> Dataset:
+    dataset.header_raw = transform(dataset.header_bytes())
+    return dataset
+
+
+def edit_array(dataset: Dataset, name: str, edit: Callable[[np.ndarray], object]) -> Dataset:
+    array = load(dataset, name)
+    edit(array)
+    store(dataset, name, array)
+    return dataset.seal()
+
+
+def set_item(array: np.ndarray, key: tuple, value: float) -> None:
+    array[key] = value
+
+
+def npy_bytes_edit(dataset: Dataset, name: str, transform: Callable[[bytes], bytes]) -> Dataset:
+    dataset.files[name] = transform(dataset.files[name])
+    return dataset.seal()
+
+
+def blob_edit(dataset: Dataset, transform: Callable[[bytearray], object]) -> Dataset:
+    blob = bytearray(dataset.files["images.bin"])
+    transform(blob)
+    dataset.files["images.bin"] = bytes(blob)
+    return dataset.seal()
+
+
+def base_mixed() -> Dataset:
+    """The base of most invalid cases: raw, zstd and PNG samples with boxes and padding."""
+    return build([
+        Sample(pattern(4, 6, 40), "raw", boxes=[[0, 0, 2, 2], [1, 1, 6, 4]], classes=[0, 1]),
+        Sample(pattern(3, 5, 41), "zstd", boxes=[[0, 0, 5, 3]], classes=[2]),
+        Sample(pattern(2, 3, 42), "png"),
+    ], CLASSES)
+
+
+def base_raw() -> Dataset:
+    return build([
+        Sample(pattern(4, 6, 43), boxes=[[0, 0, 2, 2], [1, 1, 6, 4]], classes=[0, 1]),
+        Sample(pattern(3, 5, 44), boxes=[[0, 0, 5, 3]], classes=[2]),
+        Sample(pattern(2, 3, 45)),
+    ], CLASSES)
+
+
+def one(codec: str, payload: bytes | None = None, image: np.ndarray | None = None) -> Dataset:
+    image = pattern(3, 4, 46) if image is None else image
+    return build([Sample(image, codec, boxes=[[0, 0, 4, 3]], classes=[0], payload=payload)],
+                 CLASSES)
+
+
+# --------------------------------------------------------------------------- invalid cases
+
+Z = pattern(3, 4, 46)  # the image of one("zstd")
+
+
+def _pickle_classes(dataset: Dataset) -> Dataset:
+    import pickle
+
+    n, m = load(dataset, "classes.npy").shape
+    body = pickle.dumps([0] * (n * m), protocol=2)
+    body += bytes(n * m * 8 - len(body))
+    text = f"{{'descr': '|O', 'fortran_order': False, 'shape': ({n}, {m}), }}"
+    text += " " * (-(10 + len(text) + 1) % 64) + "\n"
+    dataset.files["classes.npy"] = (b"\x93NUMPY\x01\x00" + len(text).to_bytes(2, "little")
+                                    + text.encode() + body)
+    return dataset.seal()
+
+
+def _with_array(name: str, array_fn: Callable[[np.ndarray], np.ndarray], **npy_kw) -> Callable:
+    def edit(dataset: Dataset) -> Dataset:
+        dataset.files[name] = payloads.npy(array_fn(load(dataset, name)), **npy_kw)
+        return dataset.seal()
+    return edit
+
+
+def _file_size(dataset: Dataset) -> Dataset:
+    dataset.header["files"]["boxes.npy"]["size"] += 1
+    return dataset
+
+
+def _file_checksum(dataset: Dataset) -> Dataset:
+    entry = dataset.header["files"]["classes.npy"]
+    entry["xxh3_64"] = f"{int(entry['xxh3_64'], 16) ^ 1:016x}"
+    return dataset
+
+
+def _checksum(dataset: Dataset) -> Dataset:
+    data = stored_payloads(dataset)
+    data[0] = bytes([data[0][0] ^ 0x01]) + data[0][1:]
+    return relayout(dataset, data, checksums=False)
+
+
+def _counts_short(dataset: Dataset) -> Dataset:
+    store(dataset, "counts.npy", load(dataset, "counts.npy")[:-1])
+    dataset.header["arrays"]["counts.npy"]["shape"] = [dataset.header["num_samples"] - 1]
+    return dataset.seal()
+
+
+def _header_too_large_note(dataset: Dataset) -> Dataset:
+    return dataset  # grown to 1 MiB + 1 at run time (see cases.json "grow")
+
+
+def _big_side() -> Dataset:
+    height = 16385
+    frame = payloads.zstd_frame(bytes(height * 3), blocks=[("rle", height * 3)])
+    return build([Sample(np.zeros((height, 1, 3), np.uint8), "zstd", payload=frame)], CLASSES)
+
+
+def _flip_last(data: bytes) -> bytes:
+    return data[:-1] + bytes([data[-1] ^ 0xFF])
+
+
+def _codec_unknown(dataset: Dataset) -> Dataset:
+    dataset.header["image"]["codecs"] = {}
+    return edit_index(dataset, 1, codec=7)
+
+
+def _offset_misaligned(dataset: Dataset) -> Dataset:
+    return relayout(dataset, stored_payloads(dataset), shift={1: 8})
+
+
+def _offsets_gap(dataset: Dataset) -> Dataset:
+    return relayout(dataset, stored_payloads(dataset), shift={1: 64})
+
+
+def _offsets_overlap(dataset: Dataset) -> Dataset:
+    index = load(dataset, "index.npy")
+    index[2]["offset"] = index[1]["offset"]
+    index[2]["nbytes"] = index[1]["nbytes"]
+    index[2]["checksum"] = index[1]["checksum"]
+    index[2]["codec"], index[2]["height"], index[2]["width"] = (
+        index[1]["codec"], index[1]["height"], index[1]["width"])
+    index[2]["decoded_nbytes"] = index[1]["decoded_nbytes"]
+    store(dataset, "index.npy", index)
+    blob = dataset.files["images.bin"]
+    dataset.files["images.bin"] = blob[:align(int(index[1]["offset"] + index[1]["nbytes"]))]
+    dataset.header["image"]["codecs"] = {}
+    return dataset.seal()
+
+
+def _first_offset(dataset: Dataset) -> Dataset:
+    return relayout(dataset, stored_payloads(dataset), shift={0: 64})
+
+
+def _offset_huge(dataset: Dataset) -> Dataset:
+    return edit_index(dataset, 2, offset=(1 << 64) - 64)
+
+
+def _truncate_blob(dataset: Dataset) -> Dataset:
+    return blob_edit(dataset, lambda blob: blob.__delitem__(slice(len(blob) - 70, None)))
+
+
+def _padding_nonzero(dataset: Dataset) -> Dataset:
+    index = load(dataset, "index.npy")
+    end = int(index[0]["offset"] + index[0]["nbytes"])
+    return blob_edit(dataset, lambda blob: blob.__setitem__(end + 3, 0x20))
+
+
+def _raw_longer(dataset: Dataset) -> Dataset:
+    data = stored_payloads(dataset)
+    data[1] = data[1] + b"\x00"
+    return relayout(dataset, data)
+
+
+def _fixed_shape(dataset: Dataset) -> Dataset:
+    dataset.header["image"]["fixed_shape"] = [4, 6, 3]
+    return dataset
+
+
+def _class_duplicate(dataset: Dataset) -> Dataset:
+    dataset.header["classes"][1]["name"] = "cat"
+    return dataset
+
+
+def _duplicate_key(data: bytes) -> bytes:
+    return data.rstrip()[:-1].rstrip() + b',\n  "writer": "again"\n}\n'
+
+
+def _string_offsets(dataset: Dataset) -> Dataset:
+    return edit_array(dataset, "file_name.offsets.npy",
+                      lambda a: set_item(a, (1,), int(a[2]) + 1))
+
+
+def _string_utf8(dataset: Dataset) -> Dataset:
+    data = dataset.files["file_name.bin"]
+    dataset.files["file_name.bin"] = b"\xff" + data[1:]
+    return dataset.seal()
+
+
+INVALID: list[tuple[str, str, str, Callable[[], Dataset]]] = [
+    # header.json
+    ("header_missing", "HEADER_MISSING", "no header.json",
+     lambda: _omit(base_raw(), "header.json")),
+    ("header_empty", "HEADER_ENCODING", "header.json is empty",
+     lambda: raw_header(base_raw(), lambda _: b"")),
+    ("header_bom", "HEADER_ENCODING", "header.json starts with a UTF-8 BOM",
+     lambda: raw_header(base_raw(), lambda data: b"\xef\xbb\xbf" + data)),
+    ("header_not_utf8", "HEADER_ENCODING", "header.json holds a Latin-1 byte",
+     lambda: raw_header(base_raw(), lambda data: data.replace(b'"metadata": {}',
+                                                              b'"metadata": {"k": "\xe9"}'))),
+    ("header_too_large", "HEADER_TOO_LARGE", "header.json grown to 1 MiB + 1 byte of spaces",
+     lambda: _header_too_large_note(base_raw())),
+    ("header_truncated_json", "HEADER_JSON", "header.json cut in the middle",
+     lambda: raw_header(base_raw(), lambda data: data[: len(data) // 2])),
+    ("header_duplicate_key", "HEADER_JSON", "a key appears twice in the top-level object",
+     lambda: raw_header(base_raw(), _duplicate_key)),
+    ("header_nan", "HEADER_JSON", "NaN literal (not JSON) inside extensions",
+     lambda: raw_header(base_raw(), lambda data: data.replace(b'"extensions": {}',
+                                                              b'"extensions": {"x": NaN}'))),
+    ("header_not_object", "HEADER_JSON", "header.json is a JSON array",
+     lambda: raw_header(base_raw(), lambda data: b"[" + data + b"]")),
+    ("header_missing_field", "HEADER_SCHEMA", "num_samples is missing",
+     lambda: edit_header(base_raw(), lambda h: h.pop("num_samples"))),
+    ("header_wrong_type", "HEADER_SCHEMA", "num_samples is the string \"3\"",
+     lambda: edit_header(base_raw(), lambda h: h.__setitem__("num_samples", "3"))),
+    ("header_bad_version", "HEADER_SCHEMA", "version \"1\" is not MAJOR.MINOR",
+     lambda: edit_header(base_raw(), lambda h: h.__setitem__("version", "1"))),
+    ("header_files_incomplete", "HEADER_SCHEMA", "files does not list counts.npy",
+     lambda: edit_header(base_raw(), lambda h: h["files"].pop("counts.npy"))),
+    ("header_class_duplicate", "HEADER_SCHEMA", "two classes are named \"cat\"",
+     lambda: _class_duplicate(base_raw())),
+    ("not_detfmt", "NOT_DETFMT", "format is \"detfmt2\"",
+     lambda: edit_header(base_raw(), lambda h: h.__setitem__("format", "detfmt2"))),
+    ("version_major", "VERSION_UNSUPPORTED", "version 2.0",
+     lambda: edit_header(base_raw(), lambda h: h.__setitem__("version", "2.0"))),
+    ("feature_unknown", "FEATURE_UNSUPPORTED", "required_features lists an unknown feature",
+     lambda: edit_header(base_raw(), lambda h: h.__setitem__("required_features",
+                                                             ["org.example.hologram"]))),
+    # member files
+    ("file_missing", "FILE_MISSING", "counts.npy is absent",
+     lambda: _omit(base_raw(), "counts.npy")),
+    ("path_unsafe", "PATH_UNSAFE", "boxes.npy is a directory",
+     lambda: _directory(base_raw(), "boxes.npy")),
+    ("file_size", "FILE_SIZE", "header.files says boxes.npy is one byte longer",
+     lambda: _file_size(base_raw())),
+    ("file_checksum", "FILE_CHECKSUM", "header.files xxh3_64 of classes.npy differs",
+     lambda: _file_checksum(base_raw())),
+    # .npy
+    ("npy_bad_magic", "NPY_HEADER", "counts.npy does not start with \\x93NUMPY",
+     lambda: npy_bytes_edit(base_raw(), "counts.npy", lambda d: b"\x93NUMPZ" + d[6:])),
+    ("npy_bad_version", "NPY_HEADER", ".npy format version 4.0",
+     lambda: npy_bytes_edit(base_raw(), "counts.npy", lambda d: d[:6] + b"\x04\x00" + d[8:])),
+    ("npy_extra_key", "NPY_HEADER", ".npy header dict has a fourth key",
+     lambda: npy_bytes_edit(base_raw(), "counts.npy", lambda d: d.replace(
+         b"'shape': (3,), }      ", b"'shape': (3,), 'x': 1}"))),
+    ("npy_pickle", "NPY_DTYPE", "classes.npy is an object array holding a pickle",
+     lambda: _pickle_classes(base_raw())),
+    ("npy_wrong_dtype", "NPY_DTYPE", "boxes.npy is float64",
+     lambda: _with_array("boxes.npy", lambda a: a.astype("<f8"))(base_raw())),
+    ("npy_big_endian", "NPY_DTYPE", "boxes.npy is big-endian float32",
+     lambda: _with_array("boxes.npy", lambda a: a.astype(">f4"))(base_raw())),
+    ("npy_index_dtype", "NPY_DTYPE", "index.npy lacks the reserved field",
+     lambda: _with_array("index.npy", lambda a: _drop_reserved(a))(base_raw())),
+    ("npy_fortran", "NPY_ORDER", "classes.npy declares fortran_order True",
+     lambda: _with_array("classes.npy", lambda a: a, fortran=True)(base_raw())),
+    ("npy_truncated", "NPY_SIZE", "boxes.npy lacks its last 4 bytes",
+     lambda: npy_bytes_edit(base_raw(), "boxes.npy", lambda d: d[:-4])),
+    ("npy_trailing", "NPY_SIZE", "4 bytes after the data of counts.npy",
+     lambda: npy_bytes_edit(base_raw(), "counts.npy", lambda d: d + bytes(4))),
+    ("npy_shape", "NPY_SHAPE", "boxes.npy is (3, 2, 5) but the header says (3, 2, 4)",
+     lambda: _with_array("boxes.npy", lambda a: np.zeros((3, 2, 5), "<f4"))(base_raw())),
+    ("count_mismatch", "COUNT_MISMATCH", "counts has N-1 entries (file and header.arrays)",
+     lambda: _counts_short(base_raw())),
+    # index and images.bin
+    ("offset_first", "OFFSETS_BOUNDS", "the first payload starts at 64",
+     lambda: _first_offset(base_mixed())),
+    ("offset_huge", "OFFSETS_BOUNDS", "offset 2^64-64 (wraps around in 64-bit arithmetic)",
+     lambda: _offset_huge(base_mixed())),
+    ("offsets_gap", "OFFSETS_BOUNDS", "64 unused bytes between payloads 0 and 1",
+     lambda: _offsets_gap(base_mixed())),
+    ("blob_truncated", "OFFSETS_BOUNDS", "images.bin lacks its last 70 bytes",
+     lambda: _truncate_blob(base_mixed())),
+    ("offsets_overlap", "OFFSETS_NON_MONOTONIC", "payloads 1 and 2 share their bytes",
+     lambda: _offsets_overlap(base_mixed())),
+    ("offset_misaligned", "OFFSET_ALIGNMENT", "payload 1 starts 8 bytes after a 64 boundary",
+     lambda: _offset_misaligned(base_mixed())),
+    ("blob_trailing", "BLOB_SIZE", "64 zero bytes after the last padded payload",
+     lambda: blob_edit(base_mixed(), lambda blob: blob.extend(bytes(64)))),
+    ("padding_nonzero", "PADDING_NONZERO", "a padding byte after payload 0 is 0x20",
+     lambda: _padding_nonzero(base_mixed())),
+    ("limit_side", "LIMIT_EXCEEDED", "a 16385x1 image (zstd RLE frame)",
+     _big_side),
+    ("decoded_nbytes", "SAMPLE_SIZE", "decoded_nbytes is not height*width*3",
+     lambda: edit_index(base_mixed(), 1, decoded_nbytes=46)),
+    ("raw_nbytes", "SAMPLE_SIZE", "raw payload one byte longer than height*width*3",
+     lambda: _raw_longer(base_raw())),
+    ("index_channels", "INDEX_FIELD", "channels is 4",
+     lambda: edit_index(base_mixed(), 0, channels=4)),
+    ("index_flags", "INDEX_FIELD", "flags is 1",
+     lambda: edit_index(base_mixed(), 1, flags=1)),
+    ("index_reserved", "INDEX_FIELD", "reserved is 1",
+     lambda: edit_index(base_mixed(), 2, reserved=1)),
+    ("codec_unknown", "CODEC_UNKNOWN", "codec id 7",
+     lambda: _codec_unknown(base_raw())),
+    ("fixed_shape_mismatch", "FIXED_SHAPE", "image.fixed_shape is [4, 6, 3] but samples differ",
+     lambda: _fixed_shape(base_raw())),
+    ("checksum", "CHECKSUM", "one payload byte flipped; index checksum kept",
+     lambda: _checksum(base_mixed())),
+    # codecs
+    ("zstd_size", "ZSTD_SIZE", "the frame declares 51 bytes, the index 36",
+     lambda: one("zstd", payloads.zstd_frame(Z.tobytes() + bytes(15)))),
+    ("zstd_no_size", "ZSTD_SIZE", "the frame has no content size",
+     lambda: one("zstd", payloads.zstd_frame(Z.tobytes(), content_size=None, window_log=10))),
+    ("zstd_window", "ZSTD_WINDOW", "the frame declares a 2 GiB window",
+     lambda: one("zstd", payloads.zstd_frame(Z.tobytes(), window_log=31))),
+    ("zstd_bad_magic", "ZSTD_CORRUPT", "the frame magic is wrong",
+     lambda: one("zstd", b"\x29" + payloads.zstd_frame(Z.tobytes())[1:])),
+    ("zstd_truncated", "ZSTD_CORRUPT", "the last block lacks its last 5 bytes",
+     lambda: one("zstd", payloads.zstd_frame(Z.tobytes())[:-5])),
+    ("zstd_content_checksum", "ZSTD_CORRUPT", "the frame's content checksum is wrong",
+     lambda: one("zstd", _flip_last(payloads.zstd_frame(Z.tobytes(), checksum=True)))),
+    ("zstd_trailing", "ZSTD_TRAILING", "4 bytes follow the frame",
+     lambda: one("zstd", payloads.zstd_frame(Z.tobytes()) + b"\x00\x01\x02\x03")),
+    ("zstd_two_frames", "ZSTD_TRAILING", "a second frame follows the first",
+     lambda: one("zstd", payloads.zstd_frame(Z.tobytes()) + payloads.zstd_frame(b"\x00"))),
+    ("png_rgba", "IMAGE_DECODE", "PNG color type 6 (RGBA)",
+     lambda: one("png", payloads.png(Z, color_type=6))),
+    ("png_16bit", "IMAGE_DECODE", "PNG bit depth 16",
+     lambda: one("png", payloads.png(Z, bit_depth=16))),
+    ("png_gray", "IMAGE_DECODE", "PNG color type 0 (grayscale)",
+     lambda: one("png", payloads.png(Z, color_type=0))),
+    ("png_wrong_size", "IMAGE_DECODE", "PNG is 4x3, the index says 3x4",
+     lambda: one("png", payloads.png(pattern(4, 3, 46)))),
+    ("png_not_png", "IMAGE_DECODE", "codec png, payload is a JPEG",
+     lambda: one("png", payloads.FROZEN_JPEG[5, 7], payloads.jpeg_source(5, 7))),
+    ("jpeg_truncated", "IMAGE_DECODE", "JPEG cut before its end",
+     lambda: one("jpeg", payloads.FROZEN_JPEG[5, 7][:400], payloads.jpeg_source(5, 7))),
+    ("jpeg_wrong_size", "IMAGE_DECODE", "JPEG is 5x7, the index says 7x5",
+     lambda: one("jpeg", payloads.FROZEN_JPEG[5, 7], payloads.jpeg_source(7, 5))),
+    # labels
+    ("box_nan", "BOX_INVALID", "a NaN coordinate in a valid slot",
+     lambda: edit_array(base_raw(), "boxes.npy", lambda a: set_item(a, (0, 1, 2), np.nan))),
+    ("box_inf", "BOX_INVALID", "an infinite coordinate in a valid slot",
+     lambda: edit_array(base_raw(), "boxes.npy", lambda a: set_item(a, (1, 0, 3), np.inf))),
+    ("box_inverted", "BOX_INVALID", "x2 < x1",
+     lambda: edit_array(base_raw(), "boxes.npy", lambda a: set_item(a, (0, 1, 2), 0.5))),
+    ("box_out_of_image", "BOX_OUT_OF_IMAGE", "x2 = width + 0.5",
+     lambda: edit_array(base_raw(), "boxes.npy", lambda a: set_item(a, (0, 1, 2), 6.5))),
+    ("box_negative", "BOX_OUT_OF_IMAGE", "y1 = -0.25",
+     lambda: edit_array(base_raw(), "boxes.npy", lambda a: set_item(a, (1, 0, 1), -0.25))),
+    ("class_too_large", "CLASS_RANGE", "class id == number of classes",
+     lambda: edit_array(base_raw(), "classes.npy", lambda a: set_item(a, (1, 0), 3))),
+    ("class_negative", "CLASS_RANGE", "class id -1 in a valid slot",
+     lambda: edit_array(base_raw(), "classes.npy", lambda a: set_item(a, (0, 1), -1))),
+    ("count_above_max", "COUNT_RANGE", "count = max_boxes + 1 (its M slots hold valid boxes)",
+     lambda: edit_array(base_raw(), "counts.npy", lambda a: set_item(a, (0,), 3))),
+    ("count_negative", "COUNT_RANGE", "count -1",
+     lambda: edit_array(base_raw(), "counts.npy", lambda a: set_item(a, (2,), -1))),
+    ("box_padding", "MASK_INCONSISTENT", "a padding box slot holds 1.0",
+     lambda: edit_array(base_raw(), "boxes.npy", lambda a: set_item(a, (1, 1, 0), 1.0))),
+    ("box_padding_negative_zero", "MASK_INCONSISTENT", "a padding box slot holds -0.0",
+     lambda: edit_array(base_raw(), "boxes.npy", lambda a: set_item(a, (2, 0, 3), -0.0))),
+    ("class_padding", "MASK_INCONSISTENT", "a padding class slot holds 0",
+     lambda: edit_array(base_raw(), "classes.npy", lambda a: set_item(a, (2, 1), 0))),
+    ("box_field_padding", "MASK_INCONSISTENT", "a padding slot of box_iscrowd holds 1",
+     lambda: edit_array(case_box_fields(), "box_iscrowd.npy", lambda a: set_item(a, (1, 0), 1))),
+    # optional per-image fields
+    ("string_offsets", "OFFSETS_NON_MONOTONIC", "file_name offsets decrease",
+     lambda: _string_offsets(case_image_fields())),
+    ("string_utf8", "IMAGE_FIELD", "a file_name is not UTF-8",
+     lambda: _string_utf8(case_image_fields())),
+]
+
+
+def _omit(dataset: Dataset, name: str) -> Dataset:
+    dataset.extra[name] = None
+    return dataset
+
+
+def _directory(dataset: Dataset, name: str) -> Dataset:
+    dataset.extra[name] = None
+    dataset.extra[f"{name}/README"] = b"a directory where a file belongs\n"
+    return dataset
+
+
+def _drop_reserved(index: np.ndarray) -> np.ndarray:
+    names = [name for name in index.dtype.names if name != "reserved"]
+    out = np.zeros(len(index), [(name, index.dtype.fields[name][0]) for name in names])
+    for name in names:
+        out[name] = index[name]
+    return out
+
+
+# --------------------------------------------------------------------------- output
+
+#: Cases that cannot be committed at full size: the runner grows a file before running them.
+GROW = {"header_too_large": {"file": "header.json", "byte": " ", "size": (1 << 20) + 1}}
+
+
+def _dump(value: object) -> bytes:
+    return (json.dumps(value, ensure_ascii=False, indent=1) + "\n").encode()
+
+
+def generate(root: Path) -> None:
+    """Write <root>/v1/{valid,invalid}/<id>/, the sidecars and <root>/cases.json."""
+    ids = [*VALID, *(case[0] for case in INVALID)]
+    if len(set(ids)) != len(ids):
+        raise ValueError("case ids must be unique")
+    catalog: dict = {"suite": "detfmt conformance", "format_version": "1.0", "valid": [],
+                     "invalid": []}
+    for case_id, (builder, description) in VALID.items():
+        dataset = builder()
+        directory = root / "v1" / "valid" / case_id
+        dataset.write(directory)
+        (directory.parent / f"{case_id}.expected.json").write_bytes(_dump(expected(dataset)))
+        catalog["valid"].append({"id": case_id, "path": f"v1/valid/{case_id}",
+                                 "expected": f"v1/valid/{case_id}.expected.json",
+                                 "description": description})
+    for case_id, rule, description, builder in INVALID:
+        builder().write(root / "v1" / "invalid" / case_id)
+        entry = {"id": case_id, "path": f"v1/invalid/{case_id}", "rule": rule,
+                 "description": description}
+        if case_id in GROW:
+            entry["grow"] = GROW[case_id]
+        catalog["invalid"].append(entry)
+    (root / "cases.json").write_bytes(_dump(catalog))
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    """Every generated file under root (v1/ and cases.json), by relative path."""
+    files = {"cases.json": (root / "cases.json").read_bytes()} if (root / "cases.json").exists() \
+        else {}
+    for path in sorted((root / "v1").rglob("*")):
+        if path.is_file():
+            files[path.relative_to(root).as_posix()] = path.read_bytes()
+    return files
+
+
+def differences(root: Path = ROOT) -> list[str]:
+    """Paths whose committed bytes differ from a fresh generation (empty when in sync)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        fresh_root = Path(scratch)
+        generate(fresh_root)
+        fresh, committed = tree(fresh_root), tree(root)
+    return sorted(name for name in fresh.keys() | committed.keys()
+                  if fresh.get(name) != committed.get(name))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true",
+                        help="compare with the committed suite instead of writing it")
+    parser.add_argument("--root", type=Path, default=ROOT)
+    args = parser.parse_args(argv)
+    if args.check:
+        diff = differences(args.root)
+        for name in diff:
+            print(f"differs: {name}")
+        return 1 if diff else 0
+    if (args.root / "v1").exists():
+        shutil.rmtree(args.root / "v1")
+    generate(args.root)
+    print(f"wrote {len(VALID)} valid and {len(INVALID)} invalid cases under {args.root}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
