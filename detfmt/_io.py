@@ -76,28 +76,45 @@ def fsync_dir(path: str) -> None:
 
 
 class OutputFile:
-    """A new file written sequentially, hashed (xxh3-64) as it is written."""
+    """A new file written sequentially, hashed (xxh3-64) as it is written.
+
+    Small writes are coalesced into one buffer so that a stream of tiny samples does not cost
+    two system calls each; large ones go straight to the file.
+    """
+
+    BUFFER = 1 << 20
 
     def __init__(self, path: str) -> None:
         self.path = path
         self.fd = open_fd(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW)
         self.size = 0
         self._hash = xxhash.xxh3_64()
+        self._pending = bytearray()
 
     def write(self, data: memoryview | bytes) -> None:
         view = memoryview(data).cast("B")
         if not view.nbytes:
             return
-        write_all(self.fd, view)
         self._hash.update(view)
         self.size += view.nbytes
+        if view.nbytes + len(self._pending) <= self.BUFFER:
+            self._pending += view
+            return
+        self.flush()
+        write_all(self.fd, view)
+
+    def flush(self) -> None:
+        if self._pending:
+            write_all(self.fd, self._pending)
+            self._pending = bytearray()
 
     def digest(self) -> str:
         return self._hash.hexdigest()
 
     def sync_and_close(self) -> None:
-        """fsync then close; an fsync error is never retried as if it succeeded."""
+        """flush, fsync, close; an fsync error is never retried as if it succeeded."""
         try:
+            self.flush()
             fsync(self.fd)
         finally:
             fd, self.fd = self.fd, -1

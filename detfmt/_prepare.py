@@ -132,6 +132,8 @@ def _labels(sample: Mapping[str, Any], index: int, num_classes: int
                                  rule="SAMPLE_INVALID", index=index) from error
     if boxes.size == 0:
         boxes = boxes.reshape(0, 4)
+        if raw_classes.size == 0:
+            return boxes, np.zeros(0, np.int32)
     if boxes.ndim != 2 or boxes.shape[1] != 4:
         raise InvalidSampleError(f"boxes must have shape (K, 4), got {boxes.shape}",
                                  rule="SAMPLE_INVALID", index=index)
@@ -187,6 +189,8 @@ def _box_fields(sample: Mapping[str, Any], index: int, count: int, options: Opti
 
 def _check_inside(boxes: np.ndarray, height: int, width: int, index: int, clip: bool
                   ) -> tuple[np.ndarray, int]:
+    if not len(boxes):
+        return boxes, 0
     limits = np.array([width, height, width, height], np.float64)
     outside = (boxes < -EDGE_TOLERANCE) | (boxes > limits + EDGE_TOLERANCE)
     rows = np.flatnonzero(outside.any(axis=1))

@@ -350,14 +350,15 @@ class Dataset(Sequence):
             raise violation.to_error()
 
     def batch(self, indices: Sequence[int] | np.ndarray, out: np.ndarray | None = None,
-              pad_value: int = 0) -> NumpyBatch:
+              pad_value: int | None = 0) -> NumpyBatch:
         """Gather samples into one padded batch.
 
         Args:
             indices: sample indices (any order, repeats allowed).
             out: optional reusable uint8 buffer: a flat array of at least B*Hmax*Wmax*3 bytes, or
                 an array of exactly (B, Hmax, Wmax, 3). Images are written into it, no allocation.
-            pad_value: value of the pixels outside each image's valid region.
+            pad_value: value of the pixels outside each image's valid region; None leaves them
+                as they are (faster; ``sizes`` tells each image's valid region).
         """
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
         n = len(self)
@@ -370,9 +371,16 @@ class Dataset(Sequence):
         hmax = int(heights.max()) if b else 0
         wmax = int(widths.max()) if b else 0
         images = self._batch_buffer(out, b, hmax, wmax)
+        fixed = self.fixed_images
         for j in range(b):
+            i = int(idx[j])
+            if fixed is not None:  # one contiguous copy per sample, no decode dispatch
+                np.copyto(images[j], fixed[i])
+                continue
             h, w = int(heights[j]), int(widths[j])
-            self.decode_into(int(idx[j]), images[j, :h, :w])
+            self.decode_into(i, images[j, :h, :w])
+            if pad_value is None:
+                continue
             if h < hmax:
                 images[j, h:] = pad_value
             if w < wmax:

@@ -124,21 +124,15 @@ class _Spool:
         self.dtype = np.dtype(dtype)
         self.file = _io.OutputFile(str(path))
         self.count = 0
-        self._buffer: list[bytes] = []
-        self._buffered = 0
 
     def append(self, values: np.ndarray) -> None:
         data = np.ascontiguousarray(values, dtype=self.dtype)
-        self._buffer.append(data.tobytes())
-        self._buffered += data.nbytes
-        self.count += data.size
-        if self._buffered >= 1 << 20:
-            self.flush()
+        if data.size:
+            self.file.write(data.view(np.uint8).reshape(-1))
+            self.count += data.size
 
     def flush(self) -> None:
-        if self._buffer:
-            self.file.write(b"".join(self._buffer))
-            self._buffer, self._buffered = [], 0
+        self.file.flush()
 
     def finish(self) -> None:
         self.flush()

@@ -58,7 +58,8 @@ def test_lossless_roundtrip(tmp_path_factory, data):
             np.testing.assert_array_equal(batch.images[j, :h, :w], samples[i]["image"])
             k = len(samples[i]["boxes"])
             assert batch.mask[j].sum() == k
-            np.testing.assert_array_equal(batch.boxes[j, :k], samples[i]["boxes"].astype(np.float32))
+            expected = samples[i]["boxes"].astype(np.float32)
+            np.testing.assert_array_equal(batch.boxes[j, :k], expected)
     assert detfmt.verify(path).ok
 
 
