@@ -18,33 +18,60 @@ from detfmt.augment._base import Augmentation, Params, check_non_negative, image
 from detfmt.errors import UsageError
 from detfmt.torch.batch import Batch
 
+_HSV_SHIFT = 12
+_HSV_HALF = 1 << (_HSV_SHIFT - 1)
+
 
 def rgb_to_hsv_opencv(rgb: torch.Tensor) -> torch.Tensor:
-    """(B, 3, H, W) float in 0..255 (integral) -> OpenCV 8-bit HSV (H in [0, 180)), as floats."""
-    r, g, b = rgb.unbind(1)
+    """(B, 3, H, W) RGB levels 0..255 -> OpenCV 8-bit HSV (H in [0, 180)), int32.
+
+    OpenCV's ``RGB2HSV_b`` fixed-point arithmetic: s = (diff * round((255 << 12) / v) + 2048)
+    >> 12 and h = (h' * round((180 << 12) / (6 diff)) + 2048) >> 12, so results are exact.
+    """
+    r, g, b = rgb.to(torch.int32).unbind(1)
     v = torch.maximum(torch.maximum(r, g), b)
-    low = torch.minimum(torch.minimum(r, g), b)
-    diff = v - low
-    s = torch.floor(diff * 255.0 / v.clamp_min(1.0) + 0.5)
-    safe = diff.clamp_min(1.0)
-    h = torch.where(v == r, g - b, torch.where(v == g, b - r + 2.0 * diff, r - g + 4.0 * diff))
-    h = torch.floor(h * (30.0 / safe) + 0.5)
-    h = torch.where(diff == 0, torch.zeros_like(h), h)
-    h = torch.where(h < 0, h + 180.0, h)
+    diff = v - torch.minimum(torch.minimum(r, g), b)
+    sdiv = torch.round((255 << _HSV_SHIFT) / v.clamp_min(1).to(torch.float64)).to(torch.int32)
+    s = torch.where(v > 0, (diff * sdiv + _HSV_HALF) >> _HSV_SHIFT, 0)
+    hdiv = torch.round((180 << _HSV_SHIFT) / (6.0 * diff.clamp_min(1).to(torch.float64)))
+    hdiv = torch.where(diff > 0, hdiv.to(torch.int32), 0)
+    h = torch.where(v == r, g - b, torch.where(v == g, b - r + 2 * diff, r - g + 4 * diff))
+    h = (h * hdiv + _HSV_HALF) >> _HSV_SHIFT
+    h = torch.where(h < 0, h + 180, h)
     return torch.stack([h, s, v], dim=1)
 
 
 def hsv_to_rgb_opencv(hsv: torch.Tensor) -> torch.Tensor:
-    """OpenCV 8-bit HSV (floats) -> RGB floats in 0..255 (unrounded)."""
-    h, s, v = hsv.unbind(1)
-    h6 = h * (6.0 / 180.0)
-    sv = v * (s / 255.0)
-    channels = []
-    for n in (5.0, 3.0, 1.0):  # R, G, B
-        k = torch.remainder(n + h6, 6.0)
-        t = torch.clamp(torch.minimum(k, 4.0 - k), 0.0, 1.0)
-        channels.append(v - sv * t)
-    return torch.stack(channels, dim=1)
+    """OpenCV 8-bit HSV -> RGB levels as float32 integers (``HSV2RGB_b``'s SIMD path).
+
+    Same float32 steps as OpenCV: s, v scaled by 1/255, sector from trunc(h * 6/180), the
+    four-entry table, then ``trunc(x * 255)`` (OpenCV's vector path truncates).
+    """
+    h, s, v = hsv.to(torch.float32).unbind(1)
+    s = s * (1.0 / 255.0)
+    v = v * (1.0 / 255.0)
+    h = h * (6.0 / 180.0)
+    pre = torch.trunc(h)
+    f = h - pre
+    sector = pre - torch.trunc(pre * (1.0 / 6.0)) * 6.0
+    tab0 = v
+    tab1 = v * (1.0 - s)
+    tab2 = v * (1.0 - s * f)
+    tab3 = v * (1.0 - s * (1.0 - f))
+    r = torch.where(
+        sector < 1,
+        tab0,
+        torch.where(
+            sector < 2, tab2, torch.where(sector < 4, tab1, torch.where(sector < 5, tab3, tab0))
+        ),
+    )
+    g = torch.where(
+        sector < 1, tab3, torch.where(sector < 3, tab0, torch.where(sector < 4, tab2, tab1))
+    )
+    b = torch.where(
+        sector < 2, tab1, torch.where(sector < 3, tab3, torch.where(sector < 5, tab0, tab2))
+    )
+    return torch.trunc(torch.stack([r, g, b], dim=1) * 255.0).clamp_(0.0, 255.0)
 
 
 def _to_255(images: torch.Tensor) -> torch.Tensor:
@@ -60,20 +87,30 @@ def _from_255(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 
 
 def apply_hsv_gains(images: torch.Tensor, gains: torch.Tensor) -> torch.Tensor:
-    """Ultralytics' HSV LUTs with per-sample ``gains`` (B, 3) = r_h, r_s, r_v (no +1)."""
+    """Ultralytics' HSV LUTs with per-sample ``gains`` (B, 3) = r_h, r_s, r_v (no +1).
+
+    The LUTs are built per sample in float64 exactly as Ultralytics builds them, then applied
+    with a gather: hue ``(x + r_h * 180) % 180``, sat/val ``clip(x * (1 + r), 0, 255)``.
+    """
     rgb = _to_255(images)
     if images.dtype != torch.uint8:
         rgb = rgb.round()  # the LUTs are defined on uint8 levels
-    h, s, v = rgb_to_hsv_opencv(rgb).unbind(1)
-    gains = gains.to(torch.float64)
-    shift = (gains[:, 0] * 180.0).to(torch.float32)[:, None, None]
-    sat = (1.0 + gains[:, 1]).to(torch.float32)[:, None, None]
-    val = (1.0 + gains[:, 2]).to(torch.float32)[:, None, None]
-    h = torch.floor(torch.remainder(h + shift, 180.0))
-    s = torch.floor(torch.clamp(s * sat, 0.0, 255.0))
-    v = torch.floor(torch.clamp(v * val, 0.0, 255.0))
-    out = hsv_to_rgb_opencv(torch.stack([h, s, v], dim=1))
-    return _from_255(out, images)
+    hsv = rgb_to_hsv_opencv(rgb)
+    x = torch.arange(256, dtype=torch.float64, device=images.device)[None]
+    gains = gains.to(device=images.device, dtype=torch.float64)
+    luts = torch.stack(
+        [
+            torch.remainder(x + gains[:, 0:1] * 180.0, 180.0),
+            torch.clamp(x * (1.0 + gains[:, 1:2]), 0.0, 255.0),
+            torch.clamp(x * (1.0 + gains[:, 2:3]), 0.0, 255.0),
+        ],
+        dim=1,
+    ).floor()  # (B, 3, 256); astype(uint8) truncates
+    luts[:, 1, 0] = 0.0
+    bsz = hsv.shape[0]
+    flat = hsv.reshape(bsz, 3, -1).to(torch.int64)
+    mapped = torch.gather(luts.to(torch.float32), 2, flat).view_as(hsv)
+    return _from_255(hsv_to_rgb_opencv(mapped), images)
 
 
 class RandomHSV(Augmentation):
