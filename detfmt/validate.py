@@ -113,7 +113,7 @@ def _check_identity(raw: dict, path: str) -> None:
             f"not a detfmt header: 'format' is {raw.get('format')!r}, expected 'detfmt'", path=path)
     version = raw.get("version")
     parts = version.split(".") if isinstance(version, str) else []
-    if len(parts) != 2 or not all(p.isdigit() and 0 < len(p) <= 4 for p in parts):
+    if len(parts) != 2 or not all(p.isascii() and p.isdigit() and 0 < len(p) <= 4 for p in parts):
         raise errors.HeaderError(f"'version' must be 'MAJOR.MINOR', got {version!r}",
                                  rule="HEADER_SCHEMA", path=path)
     if int(parts[0]) != spec.MAJOR_VERSION:
