@@ -78,23 +78,29 @@ def render_grid(
             if not -n <= i < n:
                 raise UsageError(f"index {i} is out of range for {n} samples")
         columns = columns or math.ceil(math.sqrt(len(chosen)))
-        rows = math.ceil(len(chosen) / columns)
-        caption = 14
-        grid = Image.new("RGB", (columns * (cell + 4), rows * (cell + caption + 4)), (32, 32, 32))
-        draw = ImageDraw.Draw(grid)
         names = [c.name for c in ds.header.classes]
-        for slot, i in enumerate(chosen):
+        tiles = []
+        for i in chosen:
             sample = ds[i]
-            tile = render_sample(sample, names, cell)
-            x = (slot % columns) * (cell + 4) + 2
-            y = (slot // columns) * (cell + caption + 4) + 2
-            grid.paste(tile, (x, y + caption))
             file_name = sample.fields.get("file_name", "")
-            draw.text((x, y), f"#{sample.index} {file_name} ({len(sample.boxes)} boxes)"[:60],
-                      fill=(230, 230, 230), font=ImageFont.load_default())
+            tiles.append((render_sample(sample, names, cell),
+                          f"#{sample.index} {file_name} ({len(sample.boxes)} boxes)"[:60]))
     finally:
         if ds is not dataset:
             ds.close()
+    caption = 14
+    rows = [tiles[r:r + columns] for r in range(0, len(tiles), columns)]
+    heights = [max(tile.height for tile, _ in row) + caption + 4 for row in rows]
+    grid = Image.new("RGB", (columns * (cell + 4), sum(heights)), (32, 32, 32))
+    draw = ImageDraw.Draw(grid)
+    font = ImageFont.load_default()
+    y = 0
+    for row, height in zip(rows, heights, strict=True):
+        for slot, (tile, text) in enumerate(row):
+            x = slot * (cell + 4) + 2
+            draw.text((x, y + 2), text, fill=(230, 230, 230), font=font)
+            grid.paste(tile, (x, y + 2 + caption))
+        y += height
     out = Path(out)
     grid.save(out, format="PNG")
     return out
