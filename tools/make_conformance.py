@@ -376,8 +376,13 @@ def case_extensions_ignored() -> Dataset:
 
 
 def case_newer_minor() -> Dataset:
-    return build([Sample(pattern(2, 3, 38), boxes=[[0, 0, 1, 1]], classes=[1])], CLASSES,
-                 version="1.9")
+    """A later 1.x minor: unknown members of header objects are ignored."""
+    dataset = build([Sample(pattern(2, 3, 38), boxes=[[0, 0, 1, 1]], classes=[1])], CLASSES,
+                    version="1.9")
+    dataset.header["added_in_1_9"] = {"anything": [1, "two", None]}
+    dataset.header["image"]["added_in_1_9"] = True
+    dataset.header["classes"][0]["added_in_1_9"] = 0.5
+    return dataset
 
 
 def case_npy_header_forms() -> Dataset:
@@ -393,6 +398,15 @@ def case_npy_header_forms() -> Dataset:
     dataset.files["boxes.npy"] = (b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little")
                                   + header.encode() + boxes.tobytes())
     return dataset.seal()
+
+
+def case_foreign_entries() -> Dataset:
+    """Entries the header does not name are ignored: temp dirs, notes, an unlisted box field."""
+    dataset = build([Sample(pattern(2, 2, 39), boxes=[[0, 0, 2, 2]], classes=[2])], CLASSES)
+    dataset.extra["notes.txt"] = b"not part of the dataset\n"
+    dataset.extra[".detfmt-tmp-old-1234-abcd/header.json"] = b"{"
+    dataset.extra["box_unlisted.npy"] = b"\x93NUMPY garbage"
+    return dataset
 
 
 VALID: dict[str, tuple[Callable[[], Dataset], str]] = {
@@ -413,7 +427,9 @@ VALID: dict[str, tuple[Callable[[], Dataset], str]] = {
     "empty": (case_empty, "N = 0: empty images.bin, (0,) arrays"),
     "box_edges": (case_box_edges, "boxes on the image border, zero-area boxes"),
     "extensions_ignored": (case_extensions_ignored, "unknown extensions are ignored"),
-    "newer_minor": (case_newer_minor, "version 1.9 is read by a 1.0 reader"),
+    "newer_minor": (case_newer_minor, "version 1.9 with unknown header members is read by a 1.0 "
+                    "reader"),
+    "foreign_entries": (case_foreign_entries, "files and directories the header does not name"),
     "npy_header_forms": (case_npy_header_forms, ".npy versions 2.0 and 3.0, other key order "
                          "and quoting"),
 }
@@ -691,6 +707,8 @@ INVALID: list[tuple[str, str, str, Callable[[], Dataset]]] = [
      lambda: edit_header(base_raw(), lambda h: h.__setitem__("num_samples", "3"))),
     ("header_bad_version", "HEADER_SCHEMA", "version \"1\" is not MAJOR.MINOR",
      lambda: edit_header(base_raw(), lambda h: h.__setitem__("version", "1"))),
+    ("header_version_unicode_digit", "HEADER_SCHEMA", "version \"\u00b9.0\" (a superscript digit)",
+     lambda: edit_header(base_raw(), lambda h: h.__setitem__("version", "\u00b9.0"))),
     ("header_files_incomplete", "HEADER_SCHEMA", "files does not list counts.npy",
      lambda: edit_header(base_raw(), lambda h: h["files"].pop("counts.npy"))),
     ("header_class_duplicate", "HEADER_SCHEMA", "two classes are named \"cat\"",
@@ -859,6 +877,18 @@ def _drop_reserved(index: np.ndarray) -> np.ndarray:
 
 # --------------------------------------------------------------------------- output
 
+#: Requirements a case exercises beyond the rule id it names (SPEC.md R-n).
+COVERS: dict[str, list[str]] = {
+    "newer_minor": ["R-9"],
+    "extensions_ignored": ["R-9"],
+    "foreign_entries": ["R-43"],
+    "npy_header_forms": ["R-15"],
+    "offset_huge": ["R-46", "R-47"],
+    "limit_side": ["R-46"],
+    "zstd_size": ["R-46"],
+    "npy_pickle": ["R-17"],
+}
+
 #: Cases that cannot be committed at full size: the runner grows a file before running them.
 GROW = {"header_too_large": {"file": "header.json", "byte": " ", "size": (1 << 20) + 1}}
 
@@ -881,11 +911,11 @@ def generate(root: Path) -> None:
         (directory.parent / f"{case_id}.expected.json").write_bytes(_dump(expected(dataset)))
         catalog["valid"].append({"id": case_id, "path": f"v1/valid/{case_id}",
                                  "expected": f"v1/valid/{case_id}.expected.json",
-                                 "description": description})
+                                 "description": description, "covers": COVERS.get(case_id, [])})
     for case_id, rule, description, builder in INVALID:
         builder().write(root / "v1" / "invalid" / case_id)
         entry = {"id": case_id, "path": f"v1/invalid/{case_id}", "rule": rule,
-                 "description": description}
+                 "description": description, "covers": COVERS.get(case_id, [])}
         if case_id in GROW:
             entry["grow"] = GROW[case_id]
         catalog["invalid"].append(entry)

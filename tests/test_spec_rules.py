@@ -1,0 +1,276 @@
+"""SPEC.md, the code and the conformance suite agree on the rules.
+
+- every rule id the code raises is defined in SPEC.md (or listed as a non-format id);
+- every reader/writer rule id of SPEC.md is raised somewhere in detfmt;
+- every R-/W- requirement with a MUST is exercised by a conformance case or by a listed test;
+- the generated parts of SPEC.md (JSON Schema, rule index) and the limits are current;
+- the writer's own output has the exact byte form of W-1 .. W-6, and reading writes nothing.
+"""
+
+from __future__ import annotations
+
+import errno
+import io
+import json
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xxhash
+import zstandard
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tools"))
+
+import conformance_payloads  # noqa: E402
+import gen_schema  # noqa: E402
+
+import detfmt  # noqa: E402
+from detfmt import spec  # noqa: E402
+
+SPEC_TEXT = (REPO / "SPEC.md").read_text(encoding="utf-8")
+RULES = gen_schema.parse_rules(SPEC_TEXT)
+CASES = json.loads((REPO / "conformance" / "cases.json").read_text(encoding="utf-8"))
+
+#: Requirements checked by tests rather than by a golden dataset: rule -> tests (any one suffices).
+LISTED_TESTS: dict[str, list[str]] = {
+    "R-42": ["tests/core/test_reader.py::test_replacement_is_detected"],
+    "R-44": ["tests/core/test_reader.py::test_label_corruption_is_caught_when_read"],
+    "R-45": ["tests/test_conformance.py::test_invalid_case"],
+    "R-48": ["tests/test_spec_rules.py::test_reading_leaves_the_dataset_untouched"],
+    "W-1": ["tests/test_spec_rules.py::test_writer_output_has_the_exact_form"],
+    "W-2": ["tests/test_spec_rules.py::test_writer_output_has_the_exact_form"],
+    "W-3": ["tests/test_spec_rules.py::test_writer_output_has_the_exact_form"],
+    "W-4": ["tests/test_spec_rules.py::test_writer_output_has_the_exact_form"],
+    "W-5": ["tests/test_spec_rules.py::test_writer_output_has_the_exact_form"],
+    "W-6": ["tests/test_spec_rules.py::test_writer_output_has_the_exact_form",
+            "tests/core/test_writer.py::test_padding_slots_are_exact"],
+    "W-7": ["tests/core/test_writer.py::test_bad_sample_is_a_typed_error_naming_it"],
+    "W-8": ["tests/core/test_writer.py::test_bad_sample_is_a_typed_error_naming_it"],
+    "W-9": ["tests/core/test_writer.py::test_bad_sample_is_a_typed_error_naming_it"],
+    "W-10": ["tests/core/test_writer.py::test_clip_is_opt_in_and_counted",
+             "tests/core/test_writer.py::test_max_side_resizes_and_records_the_mapping"],
+    "W-11": ["tests/core/test_writer.py::test_bad_sample_is_a_typed_error_naming_it"],
+    "W-12": ["tests/reliability/test_rel_faults.py::test_fsync_order",
+             "tests/reliability/test_rel_crash.py::test_kill9_loop",
+             "tests/core/test_writer.py::test_concurrent_writers_one_wins"],
+    "W-13": ["tests/reliability/test_rel_cases.py::"
+             "test_29_overwrite_keeps_old_inodes_for_live_readers"],
+    "W-14": ["tests/core/test_writer.py::test_target_exists_and_overwrite",
+             "tests/core/test_writer.py::test_overwrite_refuses_a_non_dataset"],
+    "W-15": ["tests/core/test_writer.py::test_a_held_lock_is_a_typed_error"],
+    "W-16": ["tests/test_spec_rules.py::test_unwritable_parent_is_target_not_writable",
+             "tests/reliability/test_rel_faults.py::test_fail_every_nth_call"],
+    "W-17": ["tests/core/test_writer.py::test_a_failing_generator_leaves_nothing",
+             "tests/reliability/test_rel_faults.py::test_fail_every_nth_call"],
+}
+
+_RAISED = re.compile(r'(?:rule=|Violation\(|default_rule = |rule = |_fail\(\s*|else )'
+                     r'"([A-Z][A-Z0-9_]+)"')
+
+
+def _raised_ids() -> dict[str, set[str]]:
+    """Rule ids raised in detfmt/, by id -> files."""
+    found: dict[str, set[str]] = {}
+    for path in sorted((REPO / "detfmt").rglob("*.py")):
+        for match in _RAISED.finditer(path.read_text(encoding="utf-8")):
+            for rule in filter(None, match.groups()):
+                found.setdefault(rule, set()).add(path.relative_to(REPO).as_posix())
+    return found
+
+
+def _appendix_c_ids() -> set[str]:
+    section = SPEC_TEXT[SPEC_TEXT.index("## Appendix C"):]
+    return set(re.findall(r"`([A-Z][A-Z0-9_]+)`", section))
+
+
+def _sharding_ids() -> set[str]:
+    draft = REPO / "docs" / "spec-sharding.md"
+    text = SPEC_TEXT + (draft.read_text(encoding="utf-8") if draft.exists() else "")
+    return set(re.findall(r"\*\*S-\d+ ([A-Z][A-Z0-9_]+)", text)) | set(
+        re.findall(r"\(([A-Z][A-Z0-9_]+)\)", text))
+
+
+def _test_exists(reference: str) -> bool:
+    path, name = reference.split("::")
+    file = REPO / path
+    return file.exists() and re.search(rf"^\s*def {name}\(", file.read_text(encoding="utf-8"),
+                                       re.MULTILINE) is not None
+
+
+def test_rules_are_numbered_uniquely_and_contiguously() -> None:
+    for prefix in ("R", "W"):
+        numbers = [int(rule.number[2:]) for rule in RULES if rule.number[0] == prefix]
+        assert sorted(numbers) == list(range(1, len(numbers) + 1)), prefix
+    reader_ids = [rule.id for rule in RULES if rule.number[0] == "R" and rule.id]
+    assert len(reader_ids) == len(set(reader_ids))
+    for rule in RULES:
+        assert rule.keywords, f"{rule.number} has no RFC 2119 keyword"
+
+
+def test_keywords_are_uppercase_only() -> None:
+    prose = re.sub(r"```.*?```", "", SPEC_TEXT, flags=re.DOTALL)
+    prose = re.sub(r"`[^`]*`", "", prose)
+    lowercase = re.findall(r"\b(must|shall|should|may|Must|Shall|Should|May)\b", prose)
+    assert lowercase == [], "use the RFC 2119 verbs in capitals only (RFC 8174)"
+
+
+def test_every_raised_rule_is_specified() -> None:
+    spec_ids = {rule.id for rule in RULES if rule.id}
+    known = spec_ids | _appendix_c_ids() | _sharding_ids()
+    unknown = {rule: files for rule, files in _raised_ids().items() if rule not in known}
+    assert unknown == {}, "add these rule ids to SPEC.md (or Appendix C if not a format rule)"
+
+
+def test_every_specified_rule_id_is_raised() -> None:
+    raised = _raised_ids()
+    missing = [rule.number + " " + rule.id for rule in RULES if rule.id and rule.id not in raised]
+    assert missing == []
+
+
+def test_every_must_is_covered_by_a_case_or_a_listed_test() -> None:
+    by_id = {case["rule"] for case in CASES["invalid"]}
+    covers = {number for case in CASES["valid"] + CASES["invalid"] for number in case["covers"]}
+    uncovered = []
+    for rule in RULES:
+        if not any(keyword.startswith("MUST") for keyword in rule.keywords):
+            continue
+        by_case = rule.number[0] == "R" and rule.id in by_id
+        by_test = any(_test_exists(test) for test in LISTED_TESTS.get(rule.number, []))
+        if not (by_case or rule.number in covers or by_test):
+            uncovered.append(rule.number)
+    assert uncovered == []
+
+
+def test_cases_cite_existing_rules() -> None:
+    reader_ids = {rule.id for rule in RULES if rule.number[0] == "R" and rule.id}
+    numbers = {rule.number for rule in RULES}
+    for case in CASES["invalid"]:
+        assert case["rule"] in reader_ids, case["id"]
+    for case in CASES["valid"] + CASES["invalid"]:
+        assert set(case["covers"]) <= numbers, case["id"]
+    for tests in LISTED_TESTS.values():
+        assert any(_test_exists(test) for test in tests), tests
+
+
+def test_generated_parts_of_the_spec_are_current() -> None:
+    """JSON Schema appendix == msgspec.json.schema(detfmt.schema.Header); rule index current."""
+    assert gen_schema.render(SPEC_TEXT) == SPEC_TEXT, "run python tools/gen_schema.py"
+
+
+def test_limits_in_the_spec_match_the_code() -> None:
+    from detfmt import _codecs
+
+    table = SPEC_TEXT[SPEC_TEXT.index("## 15. Limits"):SPEC_TEXT.index("## 16.")]
+    assert f"{spec.MAX_HEADER_BYTES:,} bytes" in table
+    assert f"| {spec.MAX_NPY_HEADER_BYTES} bytes |" in table
+    assert spec.MAX_SAMPLES == 1 << 40 and "`2^40`" in table
+    assert f"| {spec.MAX_BOXES} |" in table and f"| {spec.MAX_CLASSES} |" in table
+    assert f"`1 .. {spec.MAX_SIDE}`" in table
+    assert f"{spec.MAX_CLASS_NAME_BYTES} characters" in table
+    assert f"{spec.MAX_METADATA_ITEMS} members, {spec.MAX_METADATA_BYTES} characters" in table
+    assert f"| {spec.MAX_STRING_BYTES} bytes |" in table
+    assert _codecs.MAX_ZSTD_WINDOW == 1 << 27 and "2^27 bytes" in table
+    assert spec.ALIGNMENT == 64 and spec.INDEX_DTYPE.itemsize == 48
+    assert spec.CODEC_IDS == {"raw": 0, "zstd": 1, "jpeg": 2, "png": 3}
+
+
+def _samples(rng: np.random.Generator) -> list[dict]:
+    out = []
+    for i, (h, w) in enumerate([(5, 7), (9, 4), (16, 16), (3, 3)]):
+        k = i % 3
+        x1 = rng.uniform(0, w / 2, k)
+        y1 = rng.uniform(0, h / 2, k)
+        boxes = np.stack([x1, y1, x1 + w / 3, y1 + h / 3], axis=1).astype(np.float32)
+        out.append({"image": rng.integers(0, 256, (h, w, 3), dtype=np.uint8), "boxes": boxes,
+                    "classes": np.arange(k) % 2, "iscrowd": np.ones(k, np.uint8),
+                    "file_name": f"img{i}.png"})
+    return out
+
+
+def _plain(samples: list[dict]) -> list[dict]:
+    return [{key: value for key, value in sample.items() if key != "iscrowd"}
+            for sample in samples]
+
+
+@pytest.mark.parametrize("codec", ["raw", "zstd", "jpeg", "png"])
+def test_writer_output_has_the_exact_form(tmp_path, codec) -> None:
+    """W-1 .. W-6 on detfmt.write's output, checked byte by byte from SPEC.md."""
+    path = tmp_path / "ds"
+    detfmt.write(_samples(np.random.default_rng(0)), path, classes=["a", "b"], codec=codec,
+                 box_fields={"iscrowd": "uint8"})
+    raw_header = (path / "header.json").read_bytes()
+    assert not raw_header.startswith(b"\xef\xbb\xbf") and len(raw_header) <= spec.MAX_HEADER_BYTES
+    header = json.loads(raw_header)
+    assert header["format"] == "detfmt" and header["version"] == "1.0"
+    assert header["required_features"] == []
+    for name, info in header["files"].items():
+        data = (path / name).read_bytes()
+        assert info == {"size": len(data), "xxh3_64": xxhash.xxh3_64_hexdigest(data)}, name
+        if name.endswith(".npy"):  # W-2: numpy's canonical version-1.0 form, data 64-aligned
+            array = np.load(io.BytesIO(data))
+            assert data == conformance_payloads.npy(array), name
+    index = np.load(path / "index.npy")
+    blob = (path / "images.bin").read_bytes()
+    position = 0
+    for record in index:  # W-4: packed at 64-byte steps, zero padding, checksums
+        start, length = int(record["offset"]), int(record["nbytes"])
+        assert start == position
+        payload = blob[start:start + length]
+        end = -(-(start + length) // 64) * 64
+        assert blob[start + length:end] == bytes(end - start - length)
+        assert xxhash.xxh3_64_intdigest(payload) == int(record["checksum"])
+        assert int(record["codec"]) == spec.CODEC_IDS[codec]
+        position = end
+        if codec == "zstd":  # W-5
+            frame = zstandard.get_frame_parameters(payload)
+            assert frame.content_size == int(record["decoded_nbytes"])
+            assert frame.window_size <= 1 << 27 and frame.dict_id == 0
+        if codec == "png":
+            assert payload[12:16] == b"IHDR" and payload[24:26] == b"\x08\x02"
+        if codec == "jpeg":
+            sof = max(payload.find(b"\xff\xc0"), payload.find(b"\xff\xc2"))
+            assert sof > 0 and payload[sof + 9] == 3  # 3 components
+    assert position == len(blob)
+    counts = np.load(path / "counts.npy")
+    boxes, classes = np.load(path / "boxes.npy"), np.load(path / "classes.npy")
+    crowd = np.load(path / "box_iscrowd.npy")
+    padding = np.arange(header["max_boxes"]) >= counts[:, None]  # W-6
+    assert (boxes[padding].view(np.uint32) == 0).all() and (classes[padding] == -1).all()
+    assert (crowd[padding] == 0).all() and header["max_boxes"] == counts.max()
+    assert detfmt.verify(path).ok
+
+
+def _snapshot(path: Path) -> list[tuple]:
+    return sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns, p.stat().st_ino)
+                  for p in [path, *path.iterdir()])
+
+
+def test_reading_leaves_the_dataset_untouched(tmp_path) -> None:
+    """R-48: open, access, batch and verify create, modify and lock nothing in the dataset."""
+    path = tmp_path / "ds"
+    detfmt.write(_plain(_samples(np.random.default_rng(1))), path, classes=["a", "b"],
+                 codec="zstd")
+    before = _snapshot(path)
+    with detfmt.open(path) as dataset:
+        _ = [dataset[i] for i in range(len(dataset))]
+        dataset.batch([0, 1, 2])
+    detfmt.verify(path)
+    assert _snapshot(path) == before
+
+
+def test_unwritable_parent_is_target_not_writable(tmp_path, monkeypatch) -> None:
+    """W-16: EROFS/EACCES while creating the temporary directory -> TARGET_NOT_WRITABLE."""
+    import detfmt._io
+
+    def refuse(path: str) -> None:
+        raise OSError(errno.EROFS, "Read-only file system", path)
+
+    monkeypatch.setattr(detfmt._io, "mkdir", refuse)
+    with pytest.raises(detfmt.TargetNotWritableError) as caught:
+        detfmt.write(_plain(_samples(np.random.default_rng(2))), tmp_path / "ds",
+                     classes=["a", "b"])
+    assert caught.value.rule == "TARGET_NOT_WRITABLE"
+    assert not (tmp_path / "ds").exists()
