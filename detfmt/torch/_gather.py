@@ -56,7 +56,7 @@ class Gatherer:
         self.blob = None
         if len(self.offsets) and os.path.getsize(self.blob_path) > 0:
             self.blob = np.memmap(self.blob_path, dtype=np.uint8, mode="r")
-        self.fd = os.open(self.blob_path, os.O_RDONLY) if io == "pread" else -1
+        self.fd = os.open(self.blob_path, os.O_RDONLY)  # preadv, and read-ahead advice
         self.max_hw = (1, 1)
         if len(self.sizes):
             self.max_hw = (int(self.sizes[:, 0].max()), int(self.sizes[:, 1].max()))

@@ -148,6 +148,8 @@ class Loader(EpochSchedule):
             while position < len(batches):
                 while submitted < len(batches) and len(pending) < self.prefetch:
                     indices = batches[submitted]
+                    if self.order == "quasi_random":  # near-sequential: let the kernel read ahead
+                        self.gather.advise(indices)
                     slot = self.ring.acquire(self._capacity(indices))
                     pending.append((pool.submit(self._fill, indices, slot, stop), slot))
                     submitted += 1
