@@ -31,6 +31,8 @@ def apply_box_policy(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Return (clipped boxes, keep mask) and record every drop and fix in ``report``."""
     boxes = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
+    if _all_good(boxes, width, height):  # the common case, in a few vector ops
+        return boxes, np.ones(len(boxes), dtype=bool)
     finite = np.isfinite(boxes).all(axis=1)
     with np.errstate(invalid="ignore"):
         positive = (boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1])
@@ -55,6 +57,15 @@ def apply_box_policy(
     report.fix_boxes("box_edge_rounding", path, int(rounded.sum()),
                      _first(boxes, rounded, width, height))
     return clipped, keep
+
+
+def _all_good(boxes: np.ndarray, width: int, height: int) -> bool:
+    if not len(boxes):
+        return True
+    x0, y0, x1, y1 = boxes.T
+    with np.errstate(invalid="ignore"):  # NaN compares False, so it falls to the slow path
+        return bool((x0 >= 0).all() and (y0 >= 0).all() and (x1 <= width).all()
+                    and (y1 <= height).all() and (x1 > x0).all() and (y1 > y0).all())
 
 
 def _first(boxes: np.ndarray, which: np.ndarray, width: int = 0, height: int = 0) -> str:
