@@ -110,6 +110,8 @@ def temp_leftovers(parent: str | os.PathLike[str]) -> list[str]:
 
 
 def bitflip(data: bytes, pos: int, bit: int = 0) -> bytes:
+    if not data:
+        return data
     b = bytearray(data)
     b[pos % len(b)] ^= 1 << (bit % 8)
     return bytes(b)

@@ -34,7 +34,8 @@ HEADER_INT_KEYS = ("num_samples", "max_boxes", "image/max_side", "image/channels
                    "files/images.bin/size", "files/index.npy/size", "files/boxes.npy/size",
                    "arrays/boxes.npy/shape/0", "arrays/boxes.npy/shape/1",
                    "arrays/index.npy/shape/0")
-MUTATION_MISFIT = (KeyError, ValueError, AssertionError, SyntaxError, IndexError, TypeError)
+MUTATION_MISFIT = (KeyError, ValueError, AssertionError, SyntaxError, IndexError, TypeError,
+          ZeroDivisionError)
 OPS = ("bitflip", "truncate", "append", "splice", "set_int")
 
 
