@@ -10,6 +10,7 @@ v + 0.5) through its inverse, so boxes and pixels move together. Padding slots h
 class -1, mask False, and no module turns a slot from False to True. See docs/augment.md.
 """
 
+from detfmt.augment._kernels import use_compiled_kernels
 from detfmt.augment.color import ColorJitter, Normalize, RandomHSV, ToFloat
 from detfmt.augment.compose import Compose
 from detfmt.augment.geometric import (
@@ -63,4 +64,5 @@ __all__ = [
     "render_batch",
     "to_detr",
     "to_ultralytics",
+    "use_compiled_kernels",
 ]

@@ -13,6 +13,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from detfmt.augment._kernels import kernel
+
 
 def _normaliser(height: int, width: int, device: torch.device) -> torch.Tensor:
     """3x3 taking continuous pixels to grid_sample's [-1, 1] (align_corners=False)."""
@@ -58,6 +60,7 @@ def valid_region_mask(
     return (rows & cols)[:, None]
 
 
+@kernel
 def warp_images(
     images: torch.Tensor,
     matrix: torch.Tensor,

@@ -15,6 +15,7 @@ import torch
 
 from detfmt.augment import _random as rnd
 from detfmt.augment._base import Augmentation, Params, check_non_negative, image_hw
+from detfmt.augment._kernels import kernel
 from detfmt.errors import UsageError
 from detfmt.torch.batch import Batch
 
@@ -27,17 +28,16 @@ def rgb_to_hsv_opencv(rgb: torch.Tensor) -> torch.Tensor:
 
     OpenCV's ``RGB2HSV_b`` fixed-point arithmetic: s = (diff * round((255 << 12) / v) + 2048)
     >> 12 and h = (h' * round((180 << 12) / (6 diff)) + 2048) >> 12, so results are exact.
+    (The two reciprocals are exact in float32 for every level 1..255; checked exhaustively.)
     """
     r, g, b = rgb.to(torch.int32).unbind(1)
     v = torch.maximum(torch.maximum(r, g), b)
     diff = v - torch.minimum(torch.minimum(r, g), b)
-    sdiv = torch.round((255 << _HSV_SHIFT) / v.clamp_min(1).to(torch.float64)).to(torch.int32)
-    s = torch.where(v > 0, (diff * sdiv + _HSV_HALF) >> _HSV_SHIFT, 0)
-    hdiv = torch.round((180 << _HSV_SHIFT) / (6.0 * diff.clamp_min(1).to(torch.float64)))
-    hdiv = torch.where(diff > 0, hdiv.to(torch.int32), 0)
+    sdiv = torch.round(float(255 << _HSV_SHIFT) / v.clamp(min=1)).to(torch.int32)
+    s = (diff * sdiv + _HSV_HALF) >> _HSV_SHIFT  # v == 0 implies diff == 0
+    hdiv = torch.round(float((180 << _HSV_SHIFT) // 6) / diff.clamp(min=1)).to(torch.int32)
     h = torch.where(v == r, g - b, torch.where(v == g, b - r + 2 * diff, r - g + 4 * diff))
-    h = (h * hdiv + _HSV_HALF) >> _HSV_SHIFT
-    h = torch.where(h < 0, h + 180, h)
+    h = torch.remainder((h * hdiv + _HSV_HALF) >> _HSV_SHIFT, 180)  # diff == 0 gives h == 0
     return torch.stack([h, s, v], dim=1)
 
 
@@ -86,31 +86,28 @@ def _from_255(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return (values / 255.0).to(like.dtype)
 
 
+@kernel
 def apply_hsv_gains(images: torch.Tensor, gains: torch.Tensor) -> torch.Tensor:
     """Ultralytics' HSV LUTs with per-sample ``gains`` (B, 3) = r_h, r_s, r_v (no +1).
 
-    The LUTs are built per sample in float64 exactly as Ultralytics builds them, then applied
-    with a gather: hue ``(x + r_h * 180) % 180``, sat/val ``clip(x * (1 + r), 0, 255)``.
+    The LUTs are evaluated arithmetically: hue ``(x + r_h * 180) % 180`` truncated equals
+    ``(x + floor(r_h * 180)) mod 180`` for integer x (exact); saturation and value are
+    ``floor(clip(x * (1 + r), 0, 255))`` in float32 (float64 in Ultralytics: a product that
+    lands within 1e-6 of an integer may differ by one level).
     """
     rgb = _to_255(images)
     if images.dtype != torch.uint8:
         rgb = rgb.round()  # the LUTs are defined on uint8 levels
-    hsv = rgb_to_hsv_opencv(rgb)
-    x = torch.arange(256, dtype=torch.float64, device=images.device)[None]
+    h, s, v = rgb_to_hsv_opencv(rgb).unbind(1)
     gains = gains.to(device=images.device, dtype=torch.float64)
-    luts = torch.stack(
-        [
-            torch.remainder(x + gains[:, 0:1] * 180.0, 180.0),
-            torch.clamp(x * (1.0 + gains[:, 1:2]), 0.0, 255.0),
-            torch.clamp(x * (1.0 + gains[:, 2:3]), 0.0, 255.0),
-        ],
-        dim=1,
-    ).floor()  # (B, 3, 256); astype(uint8) truncates
-    luts[:, 1, 0] = 0.0
-    bsz = hsv.shape[0]
-    flat = hsv.reshape(bsz, 3, -1).to(torch.int64)
-    mapped = torch.gather(luts.to(torch.float32), 2, flat).view_as(hsv)
-    return _from_255(hsv_to_rgb_opencv(mapped), images)
+    shift = torch.floor(gains[:, 0] * 180.0).to(torch.int32)[:, None, None]
+    sat = (1.0 + gains[:, 1]).to(torch.float32)[:, None, None]
+    val = (1.0 + gains[:, 2]).to(torch.float32)[:, None, None]
+    h = torch.remainder(h + shift, 180)
+    s = torch.floor(torch.clamp(s * sat, 0.0, 255.0))
+    v = torch.floor(torch.clamp(v * val, 0.0, 255.0))
+    out = hsv_to_rgb_opencv(torch.stack([h.to(torch.float32), s, v], dim=1))
+    return _from_255(out, images)
 
 
 class RandomHSV(Augmentation):
