@@ -42,7 +42,7 @@ class CocoAnnotation(msgspec.Struct, gc=False):
     image_id: int
     category_id: int
     bbox: tuple[float, float, float, float]
-    iscrowd: int = 0
+    iscrowd: int | bool = 0
     id: int | None = None
 
 
@@ -54,7 +54,7 @@ class CocoFile(msgspec.Struct, gc=False):
     categories: list[CocoCategory] = []
 
 
-_DECODER = msgspec.json.Decoder(CocoFile)
+_DECODER = msgspec.json.Decoder(CocoFile, strict=False)  # lax: 640.0 or "640" -> 640
 
 
 def decode_coco(data: bytes, path: str | os.PathLike[str] = "<bytes>") -> CocoFile:
@@ -75,7 +75,7 @@ def decode_coco(data: bytes, path: str | os.PathLike[str] = "<bytes>") -> CocoFi
                                   path=path) from error
     try:
         loose = json.loads(data)
-        return msgspec.convert(loose, CocoFile)
+        return msgspec.convert(loose, CocoFile, strict=False)
     except (ValueError, msgspec.ValidationError) as error:
         raise ConversionError(f"malformed JSON: {error}", rule="JSON_INVALID",
                               path=path) from error

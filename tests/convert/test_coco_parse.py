@@ -154,3 +154,14 @@ def test_chess_parse_counts():
     assert len(index) == 58 and len(index.boxes) == 386 and index.orphans == 0
     assert [cid for _, cid in index.categories] == list(range(14))
     assert index.starts[-1] == 386
+
+
+def test_lax_numbers_accepted(tmp_path, recorder):
+    save_image(tmp_path / "img" / "a.jpg", 64, 48, seed=1)
+    js = tmp_path / "lax.json"
+    js.write_text('{"images": [{"id": 1.0, "file_name": "a.jpg", "width": "64", "height": 48.0}],'
+                  '"categories": [{"id": 1, "name": "x"}], "annotations": [{"image_id": 1,'
+                  '"category_id": 1, "bbox": [1, "2", 3, 4], "iscrowd": true}]}')
+    report = from_coco(js, tmp_path / "img", tmp_path / "out")
+    assert report.boxes_kept == 1 and not report.notes
+    np.testing.assert_array_equal(recorder.samples[0]["iscrowd"], [1])
