@@ -150,19 +150,23 @@ def _identity(item: Any) -> Any:
 
 
 class _RingSampler(tud.Sampler):
-    """Main-process side: yields (indices, slot, shape) and assigns a free slot to each batch."""
+    """Main-process side: yields (indices, slot, shape) and assigns a free slot to each batch.
 
-    def __init__(self, owner: RingDataLoader, batches: list[np.ndarray], start: int) -> None:
+    It reads the owner's current epoch plan at each ``iter()``, so one DataLoader with
+    persistent workers serves every epoch.
+    """
+
+    def __init__(self, owner: RingDataLoader) -> None:
         self.owner = owner
-        self.batches = batches
-        self.start = start
 
     def __len__(self) -> int:
-        return len(self.batches) - self.start
+        batches, start = self.owner._plan
+        return len(batches) - start
 
     def __iter__(self) -> Iterator[tuple[np.ndarray, int, tuple[int, int]]]:
         owner = self.owner
-        for indices in self.batches[self.start :]:
+        batches, start = owner._plan
+        for indices in batches[start:]:
             shape = owner.canvas or owner.gather.batch_shape(indices)
             slot = owner.ring.try_acquire(len(indices) * shape[0] * shape[1] * 3)
             owner.in_flight.append(slot)
@@ -218,36 +222,52 @@ class RingDataLoader(EpochSchedule):
         for _ in range(ring if ring is not None else num_workers * prefetch_factor + 2):
             self.ring.add()
         self.in_flight: list[Slot | None] = []
+        self._plan: tuple[list[np.ndarray], int] = ([], 0)
+        self._loader: tud.DataLoader | None = None
         self.num_workers = num_workers
         self.prefetch_factor = prefetch_factor
         self.io = io
         self.pad_value = pad_value
         self.multiprocessing_context = multiprocessing_context
 
+    def _dataloader(self) -> tud.DataLoader:
+        """One DataLoader whose persistent workers (and their slot mappings) serve every epoch."""
+        if self._loader is None:
+            source = _RingBatches(
+                self.path, [slot.tensor for slot in self.ring.slots], self.io, self.pad_value
+            )
+            self._loader = tud.DataLoader(
+                source,
+                batch_size=None,
+                sampler=_RingSampler(self),
+                num_workers=self.num_workers,
+                collate_fn=_identity,
+                prefetch_factor=self.prefetch_factor,
+                persistent_workers=True,
+                multiprocessing_context=self.multiprocessing_context,
+            )
+        return self._loader
+
     def __iter__(self) -> Iterator[Batch]:
         batches, start = self._begin_epoch()
+        self._plan = (batches, start)
         self.in_flight = []
-        source = _RingBatches(
-            self.path, [slot.tensor for slot in self.ring.slots], self.io, self.pad_value
-        )
-        loader = tud.DataLoader(
-            source,
-            batch_size=None,
-            sampler=_RingSampler(self, batches, start),
-            num_workers=self.num_workers,
-            collate_fn=_identity,
-            prefetch_factor=self.prefetch_factor,
-            multiprocessing_context=self.multiprocessing_context,
-        )
-        return self._run(loader, start, len(batches))
+        return self._run(self._dataloader(), start, len(batches))
+
+    def close(self) -> None:
+        """Stop the worker processes (they also stop when the loader is garbage collected)."""
+        loader, self._loader = self._loader, None
+        iterator = getattr(loader, "_iterator", None) if loader is not None else None
+        if iterator is not None:
+            iterator._shutdown_workers()
 
     def _run(self, loader: tud.DataLoader, start: int, total: int) -> Iterator[Batch]:
-        iterator = iter(loader)
         position = start
         try:
-            for indices, slot_id, shape, images, boxes, classes, mask, fields in iterator:
+            for indices, slot_id, shape, images, boxes, classes, mask, fields in loader:
                 slot = self.in_flight.pop(0)
-                assert slot is None or slot.index == slot_id
+                if slot is not None and slot.index != slot_id:
+                    raise RuntimeError("detfmt RingDataLoader: batches arrived out of order")
                 if slot is not None:
                     count = int(np.prod(shape))
                     images = slot.tensor[:count].view(shape)
@@ -266,7 +286,8 @@ class RingDataLoader(EpochSchedule):
                     extras={name: torch.as_tensor(v) for name, v in fields.items()},
                 )
         finally:
-            iterator._shutdown_workers()  # type: ignore[attr-defined]
+            if position < total:  # stopped early or failed: workers may still write into slots
+                self.close()
             for slot in self.in_flight:
                 if slot is not None:
                     self.ring.release(slot)

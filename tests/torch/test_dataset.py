@@ -83,6 +83,10 @@ def test_ring_dataloader_matches_loader_and_is_safe(make_ds):
     other.load_state_dict(state)
     rest = [b.indices.tolist() for b in other]
     assert flat(first + rest) == epoch_permutation(5, 1, 40).tolist()
+    again = [b.indices.tolist() for b in other]  # persistent workers serve the next epoch
+    assert flat(again) == epoch_permutation(5, 2, 40).tolist()
+    other.close()
+    assert not live_children()
 
 
 @pytest.mark.slow
@@ -98,3 +102,4 @@ def test_ring_dataloader_recycles_without_fallback(make_ds):
         count += 1
     assert count == 16
     assert len(ring.ring.slots) == 2 * 2 + 2
+    ring.close()
