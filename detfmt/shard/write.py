@@ -37,7 +37,16 @@ from detfmt.shard.manifest import (
 )
 from detfmt.shard.pack import pack_directory
 
-__all__ = ["DEFAULT_SHARD_BYTES", "ShardMeta", "commit", "gc", "shard_path", "write_shard"]
+__all__ = [
+    "DEFAULT_SHARD_BYTES",
+    "ShardMeta",
+    "commit",
+    "gc",
+    "partition_key",
+    "shard_path",
+    "write_partition",
+    "write_shard",
+]
 
 DEFAULT_SHARD_BYTES = 128 << 20
 SHARD_DIR = "shards"
@@ -145,6 +154,59 @@ def write_shard(
     )
 
 
+def partition_key(partition: int, seq: int, prefix: str = "") -> str:
+    """Key of the ``seq``-th shard rolled from input partition ``partition`` (any engine)."""
+    return f"{prefix}{int(partition):05d}-{int(seq):04d}"
+
+
+def _estimated_bytes(sample: Mapping[str, Any]) -> int:
+    """Stored size guess used to roll shards: the input image's bytes plus its labels."""
+    image = sample.get("image")
+    if isinstance(image, (bytes, bytearray, memoryview)):
+        size = len(image)
+    elif isinstance(image, (str, os.PathLike)):
+        try:
+            size = os.path.getsize(image)
+        except OSError:
+            size = 0
+    else:
+        size = int(getattr(image, "nbytes", 0))
+    return size + int(getattr(sample.get("boxes"), "nbytes", 0)) + 64
+
+
+def write_partition(
+    samples: Iterable[Mapping[str, Any]],
+    root: str | os.PathLike[str],
+    partition: int,
+    *,
+    classes: Sequence[Any],
+    shard_bytes: int = DEFAULT_SHARD_BYTES,
+    key_prefix: str = "",
+    **options: Any,
+) -> list[ShardMeta]:
+    """Write one input partition as shards rolled at ``shard_bytes`` (estimated from the input).
+
+    Keys are ``partition_key(partition, seq)``, so any engine given the same partitioning writes
+    the same files, and a retried partition rewrites them. Returns the metas for `commit`.
+    """
+    if shard_bytes < 1:
+        raise errors.UsageError(f"shard_bytes must be >= 1, got {shard_bytes}")
+    metas: list[ShardMeta] = []
+    buf: list[Mapping[str, Any]] = []
+    size = 0
+    for sample in samples:
+        buf.append(sample)
+        size += _estimated_bytes(sample)
+        if size >= shard_bytes:
+            key = partition_key(partition, len(metas), key_prefix)
+            metas.append(write_shard(buf, root, key, classes=classes, **options))
+            buf, size = [], 0
+    if buf:
+        key = partition_key(partition, len(metas), key_prefix)
+        metas.append(write_shard(buf, root, key, classes=classes, **options))
+    return metas
+
+
 def _common_schema(metas: Sequence[ShardMeta]) -> Schema:
     """All shards must agree; fixed_shape survives only when every shard has the same one."""
     first = metas[0].schema
@@ -235,6 +297,8 @@ def gc(root: str | os.PathLike[str], *, grace_seconds: float = 3600.0) -> list[s
     the grace period under ``shards/`` is an orphan.
     """
     root = os.fspath(root)
+    if not os.path.isdir(root):
+        return []
     try:
         listed = {s.path for s in read_manifest(root).shards}
     except FileNotFoundError:

@@ -1,0 +1,192 @@
+"""Ray Data integration: ``DetfmtDatasink`` (distributed write with one commit) and ``read_detfmt``.
+
+The sink follows Ray's Datasink contract: ``on_write_start`` runs on the driver before any task
+(validate options, fix the write id), each ``write`` task rolls its rows into shards at the byte
+target and returns their metadata, ``on_write_complete`` publishes the manifest (the only step
+that makes data visible), ``on_write_failed`` removes what the failed write left. Shard keys are
+``<task index>-<seq>``, so a retried task rewrites its own files (never duplicates them) and the
+result equals a Dask or multiprocessing write of the same partitioning, byte for byte.
+
+Importing this module imports ray (the ``scale`` extra); ``import detfmt`` never does.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import uuid
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import msgspec
+import ray
+import ray.data
+from ray.data import Datasink
+from ray.data.block import BlockAccessor
+
+import detfmt
+from detfmt import errors
+from detfmt.shard.manifest import Manifest
+from detfmt.shard.write import (
+    DEFAULT_SHARD_BYTES,
+    ShardMeta,
+    commit,
+    gc,
+    write_partition,
+)
+
+__all__ = ["DetfmtDatasink", "read_detfmt"]
+
+_REQUIRED_COLUMNS = ("image", "boxes", "classes")
+
+
+def _rows(blocks: Iterable[Any]) -> Iterable[dict[str, Any]]:
+    for block in blocks:
+        yield from BlockAccessor.for_block(block).iter_rows(public_row_format=True)
+
+
+class DetfmtDatasink(Datasink):
+    """Write a Ray Dataset of samples (``image``, ``boxes``, ``classes``, ...) as a 1.1 root.
+
+    Args:
+        root: local (or shared-filesystem) directory of the sharded dataset.
+        classes: class names / ClassInfo, as for `detfmt.write`.
+        shard_bytes: target shard size, estimated from the input rows (default 128 MiB).
+        write_id: manifest write id (default: a new uuid4 hex per write).
+        to_sample: optional function row -> sample mapping (default: the row itself).
+        metadata: manifest metadata.
+        write_options: `detfmt.write` options (codec, max_side, fixed_size, clip, box_fields...).
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        classes: Sequence[Any],
+        shard_bytes: int = DEFAULT_SHARD_BYTES,
+        write_id: str | None = None,
+        to_sample: Callable[[dict[str, Any]], Mapping[str, Any]] | None = None,
+        metadata: Mapping[str, str] | None = None,
+        **write_options: Any,
+    ) -> None:
+        self.root = os.path.abspath(os.fspath(root))
+        self.classes = list(classes)
+        self.shard_bytes = shard_bytes
+        self.write_id = write_id
+        self.to_sample = to_sample
+        self.metadata = dict(metadata or {})
+        self.write_options = write_options
+        self.manifest: Manifest | None = None
+
+    # ------------------------------------------------------------------ driver side
+
+    def on_write_start(self, schema: Any = None) -> None:
+        """Fail before any task runs if options, input columns or the target are wrong."""
+        with tempfile.TemporaryDirectory() as tmp:  # the writer's own option checks, no data
+            detfmt.write(
+                [],
+                os.path.join(tmp, "probe"),
+                classes=self.classes,
+                progress=False,
+                **self.write_options,
+            )
+        if self.shard_bytes < 1:
+            raise errors.UsageError("shard_bytes must be >= 1")
+        names = list(getattr(schema, "names", None) or [])
+        if names and self.to_sample is None:
+            missing = [c for c in _REQUIRED_COLUMNS if c not in names]
+            if missing:
+                raise errors.UsageError(f"input rows lack columns {missing}", rule="SCHEMA")
+        if os.path.exists(os.path.join(self.root, "header.json")):
+            raise errors.TargetExistsError("root holds a 1.0 dataset", path=self.root)
+        os.makedirs(os.path.join(self.root, "shards"), exist_ok=True)
+        if self.write_id is None:
+            self.write_id = uuid.uuid4().hex
+
+    def on_write_complete(self, write_result: Any) -> None:
+        """Check row counts, then publish the manifest (the commit)."""
+        returns = [r for r in write_result.write_returns if r is not None]
+        metas = [msgspec.convert(m, ShardMeta) for r in returns for m in r["shards"]]
+        rows_in = sum(int(r["rows"]) for r in returns)
+        rows_out = sum(m.num_samples for m in metas)
+        if rows_in != rows_out or rows_in != int(write_result.num_rows):
+            raise errors.WriteError(
+                f"row count mismatch: Ray wrote {write_result.num_rows} rows, tasks read "
+                f"{rows_in}, shards hold {rows_out}; refusing to commit",
+                path=self.root,
+            )
+        self.manifest = commit(self.root, metas, write_id=self.write_id, metadata=self.metadata)
+
+    def on_write_failed(self, error: Exception) -> None:
+        """Remove shards and temporaries no manifest lists (the previous manifest stays valid).
+
+        Best effort: a cleanup problem must never hide the error that failed the write.
+        """
+        try:
+            gc(self.root, grace_seconds=0)
+        except Exception as cleanup_error:
+            warnings.warn(
+                f"detfmt: cleanup after a failed write failed: {cleanup_error}", stacklevel=2
+            )
+
+    # ------------------------------------------------------------------ task side
+
+    def write(self, blocks: Iterable[Any], ctx: Any) -> dict[str, Any]:
+        rows = 0
+
+        def samples() -> Iterable[Mapping[str, Any]]:
+            nonlocal rows
+            for row in _rows(blocks):
+                rows += 1
+                yield self.to_sample(row) if self.to_sample else row
+
+        metas = write_partition(
+            samples(),
+            self.root,
+            int(ctx.task_idx),
+            classes=self.classes,
+            shard_bytes=self.shard_bytes,
+            **self.write_options,
+        )
+        return {"rows": rows, "shards": [msgspec.to_builtins(m) for m in metas]}
+
+    @property
+    def supports_distributed_writes(self) -> bool:
+        return True
+
+    def get_name(self) -> str:
+        return "Detfmt"
+
+
+def read_detfmt(root: str | os.PathLike[str], **open_options: Any) -> ray.data.Dataset:
+    """A Ray Dataset of a 1.1 root's samples, one read task per shard (order kept).
+
+    Rows: ``index`` (global), ``image`` (H, W, 3) uint8, ``boxes`` (K, 4), ``classes`` (K,).
+    """
+    ds = detfmt.open(root, **open_options)
+    root_text = os.fspath(root)
+    spans = [(k, s.num_samples) for k, s in enumerate(ds.shards) if s.num_samples]
+    if not spans:
+        return ray.data.from_items([])
+
+    def read_shard(row: dict[str, Any]) -> list[dict[str, Any]]:
+        shards = detfmt.open(root_text, **open_options)
+        k = int(row["shard"])
+        reader = shards.shard(k)
+        first = shards.shards[k].first_index
+        out = []
+        for j in range(len(reader)):
+            s = reader[j]
+            out.append(
+                {
+                    "index": first + j,
+                    "image": s.image.copy(),
+                    "boxes": s.boxes,
+                    "classes": s.classes.astype("int64"),
+                }
+            )
+        return out
+
+    items = [{"shard": k} for k, _ in spans]
+    return ray.data.from_items(items, override_num_blocks=len(items)).flat_map(read_shard)
