@@ -80,6 +80,7 @@ class Dataset:
     samples: list[Sample]
     header_raw: bytes | None = None  # replaces the encoded header (header cases)
     extra: dict[str, bytes | None] = field(default_factory=dict)  # written after sealing
+    as_file: bytes | None = None  # the "dataset" is this regular file (not a directory)
 
     def seal(self) -> Dataset:
         """Recompute header.files (size, xxh3-64) from the member bytes."""
@@ -95,6 +96,10 @@ class Dataset:
         return json.dumps(self.header, ensure_ascii=False, indent=2).encode() + b"\n"
 
     def write(self, directory: Path) -> None:
+        if self.as_file is not None:
+            directory.parent.mkdir(parents=True, exist_ok=True)
+            directory.write_bytes(self.as_file)
+            return
         directory.mkdir(parents=True)
         members = {"header.json": self.header_bytes(), **self.files, **self.extra}
         for name, data in sorted(members.items()):
@@ -720,6 +725,18 @@ INVALID: list[tuple[str, str, str, Callable[[], Dataset]]] = [
     ("feature_unknown", "FEATURE_UNSUPPORTED", "required_features lists an unknown feature",
      lambda: edit_header(base_raw(), lambda h: h.__setitem__("required_features",
                                                              ["org.example.hologram"]))),
+    ("not_a_directory", "NOT_DETFMT", "the dataset path is a regular file (holding a header)",
+     lambda: _as_file(base_raw())),
+    ("header_codecs_name", "CODEC_UNKNOWN", "image.codecs names the codec \"webp\"",
+     lambda: edit_header(base_raw(), lambda h: h["image"].__setitem__("codecs", {"webp": 3}))),
+    ("header_codecs_count", "HEADER_SCHEMA", "image.codecs adds up to N but disagrees with the "
+     "index", lambda: _codecs_count(base_mixed())),
+    ("header_metadata_limit", "LIMIT_EXCEEDED", "metadata has 1025 members",
+     lambda: edit_header(base_raw(), lambda h: h.__setitem__(
+         "metadata", {f"k{i}": "" for i in range(1025)}))),
+    ("header_arrays_dtype", "NPY_DTYPE", "header.arrays says boxes.npy is <f8",
+     lambda: edit_header(base_raw(), lambda h: h["arrays"]["boxes.npy"].__setitem__(
+         "dtype", "<f8"))),
     # member files
     ("file_missing", "FILE_MISSING", "counts.npy is absent",
      lambda: _omit(base_raw(), "counts.npy")),
@@ -737,6 +754,8 @@ INVALID: list[tuple[str, str, str, Callable[[], Dataset]]] = [
     ("npy_extra_key", "NPY_HEADER", ".npy header dict has a fourth key",
      lambda: npy_bytes_edit(base_raw(), "counts.npy", lambda d: d.replace(
          b"'shape': (3,), }      ", b"'shape': (3,), 'x': 1}"))),
+    ("npy_header_too_long", "NPY_HEADER", "counts.npy HEADER_LEN is 5046 (limit 4096)",
+     lambda: _long_npy_header(base_raw())),
     ("npy_pickle", "NPY_DTYPE", "classes.npy is an object array holding a pickle",
      lambda: _pickle_classes(base_raw())),
     ("npy_wrong_dtype", "NPY_DTYPE", "boxes.npy is float64",
@@ -774,6 +793,8 @@ INVALID: list[tuple[str, str, str, Callable[[], Dataset]]] = [
      lambda: _padding_nonzero(base_mixed())),
     ("limit_side", "LIMIT_EXCEEDED", "a 16385x1 image (zstd RLE frame)",
      _big_side),
+    ("limit_zero_width", "LIMIT_EXCEEDED", "a record with width 0 (and 0 decoded bytes)",
+     lambda: edit_index(base_raw(), 2, width=0, decoded_nbytes=0)),
     ("decoded_nbytes", "SAMPLE_SIZE", "decoded_nbytes is not height*width*3",
      lambda: edit_index(base_mixed(), 1, decoded_nbytes=46)),
     ("raw_nbytes", "SAMPLE_SIZE", "raw payload one byte longer than height*width*3",
@@ -788,6 +809,8 @@ INVALID: list[tuple[str, str, str, Callable[[], Dataset]]] = [
      lambda: _codec_unknown(base_raw())),
     ("fixed_shape_mismatch", "FIXED_SHAPE", "image.fixed_shape is [4, 6, 3] but samples differ",
      lambda: _fixed_shape(base_raw())),
+    ("fixed_shape_codec", "FIXED_SHAPE", "a zstd sample in a fixed-shape dataset",
+     lambda: _fixed_shape_codec()),
     ("checksum", "CHECKSUM", "one payload byte flipped; index checksum kept",
      lambda: _checksum(base_mixed())),
     # codecs
@@ -803,6 +826,8 @@ INVALID: list[tuple[str, str, str, Callable[[], Dataset]]] = [
      lambda: one("zstd", payloads.zstd_frame(Z.tobytes())[:-5])),
     ("zstd_content_checksum", "ZSTD_CORRUPT", "the frame's content checksum is wrong",
      lambda: one("zstd", _flip_last(payloads.zstd_frame(Z.tobytes(), checksum=True)))),
+    ("zstd_dictionary", "ZSTD_CORRUPT", "the frame requires dictionary 7",
+     lambda: one("zstd", _with_dict_id(payloads.zstd_frame(Z.tobytes())))),
     ("zstd_trailing", "ZSTD_TRAILING", "4 bytes follow the frame",
      lambda: one("zstd", payloads.zstd_frame(Z.tobytes()) + b"\x00\x01\x02\x03")),
     ("zstd_two_frames", "ZSTD_TRAILING", "a second frame follows the first",
@@ -851,9 +876,50 @@ INVALID: list[tuple[str, str, str, Callable[[], Dataset]]] = [
     # optional per-image fields
     ("string_offsets", "OFFSETS_NON_MONOTONIC", "file_name offsets decrease",
      lambda: _string_offsets(case_image_fields())),
+    ("string_too_long", "LIMIT_EXCEEDED", "a file_name of 4097 bytes",
+     lambda: _long_file_name()),
+    ("orig_size_zero", "IMAGE_FIELD", "orig_size height 0",
+     lambda: edit_array(case_image_fields(), "orig_size.npy", lambda a: set_item(a, (1, 0), 0))),
+    ("scale_offset_negative", "IMAGE_FIELD", "scale_offset sx = -0.5",
+     lambda: edit_array(case_image_fields(), "scale_offset.npy",
+                        lambda a: set_item(a, (0, 0), -0.5))),
     ("string_utf8", "IMAGE_FIELD", "a file_name is not UTF-8",
      lambda: _string_utf8(case_image_fields())),
 ]
+
+
+def _as_file(dataset: Dataset) -> Dataset:
+    dataset.as_file = dataset.header_bytes()
+    return dataset
+
+
+def _with_dict_id(frame: bytes) -> bytes:
+    """Set Dictionary_ID_flag to 1 and insert a one-byte dictionary id (7)."""
+    return frame[:4] + bytes([frame[4] | 1]) + b"\x07" + frame[5:]
+
+
+def _long_npy_header(dataset: Dataset) -> Dataset:
+    counts = load(dataset, "counts.npy")
+    text = "{'descr': '<i4', 'fortran_order': False, 'shape': (3,), }"
+    text += " " * (5056 - 10 - len(text) - 1) + "\n"
+    dataset.files["counts.npy"] = (b"\x93NUMPY\x01\x00" + len(text).to_bytes(2, "little")
+                                   + text.encode() + counts.tobytes())
+    return dataset.seal()
+
+
+def _fixed_shape_codec() -> Dataset:
+    return build([Sample(pattern(5, 7, 47)), Sample(pattern(5, 7, 48), "zstd")], CLASSES,
+                 fixed_shape=(5, 7, 3))
+
+
+def _codecs_count(dataset: Dataset) -> Dataset:
+    dataset.header["image"]["codecs"] = {"raw": 2, "zstd": 1}
+    return dataset
+
+
+def _long_file_name() -> Dataset:
+    return build([Sample(pattern(2, 2, 49), file_name="x" * 4097)], CLASSES,
+                 image_fields=["file_name"])
 
 
 def _omit(dataset: Dataset, name: str) -> Dataset:
