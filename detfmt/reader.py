@@ -176,12 +176,14 @@ class Dataset(Sequence):
                   for name, (dtype, shape) in validate.expected_arrays(header).items()}
         self.index: np.ndarray = arrays[spec.INDEX_FILE]
         blob = members[spec.BLOB_FILE]
-        for violation in validate.check_index(self.index, header, blob.size, blob.path):
-            raise violation.to_error()
         self.counts: np.ndarray = arrays[spec.COUNTS_FILE]
-        for violation in validate.check_counts(self.counts, header.max_boxes,
-                                               members[spec.COUNTS_FILE].path):
+        for violation in validate.check_index_tail(self.index, header, blob.size, blob.path):
             raise violation.to_error()
+        # The index and counts are validated in chunks on first use (the first one now), so
+        # opening a dataset of millions of samples stays O(1); no record is used unchecked.
+        chunks = -(-len(self.index) // validate.INDEX_CHUNK)
+        self._chunk_ok = np.zeros(chunks, dtype=bool)
+        self._validate_chunk(0)
         self.boxes: np.ndarray = arrays[spec.BOXES_FILE]
         self.classes: np.ndarray = arrays[spec.CLASSES_FILE]
         self.box_fields: dict[str, np.ndarray] = {
@@ -215,6 +217,32 @@ class Dataset(Sequence):
     def _open_member(self, directory_fd: int, root: Path, name: str) -> _Member:
         return _Member(directory_fd, root, name)
 
+    def _validate_chunk(self, chunk: int) -> None:
+        if chunk >= len(self._chunk_ok) or self._chunk_ok[chunk]:
+            return
+        start = chunk * validate.INDEX_CHUNK
+        stop = start + validate.INDEX_CHUNK
+        blob = self._members[spec.BLOB_FILE]
+        for violation in validate.check_index(self.index, self.header, blob.size, blob.path,
+                                              start, stop):
+            raise violation.to_error()
+        for violation in validate.check_counts(self.counts[start:stop], self.header.max_boxes,
+                                               self._members[spec.COUNTS_FILE].path, start):
+            raise violation.to_error()
+        self._chunk_ok[chunk] = True  # idempotent, so a race between threads is harmless
+
+    def _ensure_valid(self, indices: np.ndarray) -> None:
+        if len(self._chunk_ok) <= 1:
+            return
+        chunks = np.unique(indices // validate.INDEX_CHUNK)
+        for chunk in chunks[~self._chunk_ok[chunks]]:
+            self._validate_chunk(int(chunk))
+
+    def validate_index(self) -> None:
+        """Validate every index record and count now (``open`` does it lazily, chunk by chunk)."""
+        for chunk in range(len(self._chunk_ok)):
+            self._validate_chunk(chunk)
+
     def _map_npy(self, member: _Member, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
         header = _npy.parse_header(member.read_prefix(spec.MAX_NPY_HEADER_BYTES), member.size,
                                    member.path)
@@ -246,6 +274,7 @@ class Dataset(Sequence):
     def sizes(self) -> np.ndarray:
         """(N, 2) int32 stored (height, width) of every image."""
         if self._sizes is None:
+            self.validate_index()
             self._sizes = np.stack([self._heights, self._widths], axis=1).astype(np.int32)
         return self._sizes
 
@@ -271,6 +300,9 @@ class Dataset(Sequence):
         if not 0 <= i < n:
             raise SampleIndexError(f"sample index {index} out of range for {n} samples",
                                    path=self.path)
+        chunk = i // validate.INDEX_CHUNK
+        if not self._chunk_ok[chunk]:
+            self._validate_chunk(chunk)
         return i
 
     def image_shape(self, index: int) -> tuple[int, int, int]:
@@ -365,6 +397,7 @@ class Dataset(Sequence):
         if idx.size and (idx.min() < -n or idx.max() >= n):
             raise SampleIndexError(f"batch index out of range for {n} samples", path=self.path)
         idx = np.where(idx < 0, idx + n, idx)
+        self._ensure_valid(idx)
         heights = self._heights[idx].astype(np.int64)
         widths = self._widths[idx].astype(np.int64)
         b = idx.size

@@ -208,92 +208,118 @@ def _index_descr() -> list[list[str]]:
 # --------------------------------------------------------------------------- index
 
 
-def check_index(index: np.ndarray, header: Header, blob_size: int, path: str
-                ) -> Iterator[Violation]:
-    """Vectorized structural checks of the image index (O(N), no payload reads)."""
+INDEX_CHUNK = 1 << 16  # the reader validates the index in chunks of this many records
+
+
+def check_index(index: np.ndarray, header: Header, blob_size: int, path: str,
+                start: int = 0, stop: int | None = None) -> Iterator[Violation]:
+    """Vectorized structural checks of index records [start, stop) (no payload reads).
+
+    Payloads are packed: record 0 starts at 0, record i+1 starts where record i ends rounded up
+    to 64, and the last one ends (rounded up) at the blob's size. Checking that chain for a range
+    needs only the record before it, so a reader can validate a huge index chunk by chunk.
+    """
     n = len(index)
+    stop = n if stop is None else min(stop, n)
     if n == 0:
         if blob_size != 0:
             yield Violation("BLOB_SIZE", path, f"images.bin has {blob_size} bytes but N is 0")
         return
-    offsets = index["offset"]
-    nbytes = index["nbytes"]
-    heights = index["height"]
-    widths = index["width"]
-    channels = index["channels"]
-    codecs = index["codec"]
-    limit = np.uint64(1 << 62)  # far above any real file, far below uint64 wrap-around
-    if int(offsets[0]) != 0:
+    if start >= stop:
+        return
+    lo = max(start - 1, 0)
+    records = index[lo:stop]
+    offsets = records["offset"]
+    nbytes = records["nbytes"]
+    big = np.flatnonzero((offsets > np.uint64(blob_size)) | (nbytes > np.uint64(blob_size)))
+    if big.size:  # bounded by the real file size, so the sums below cannot wrap around
+        i = lo + int(big[0])
+        yield Violation("OFFSETS_BOUNDS", path, f"offset {int(index['offset'][i])} or length "
+                        f"{int(index['nbytes'][i])} exceeds the blob size {blob_size}", i)
+        return
+    mask = np.uint64(spec.ALIGNMENT - 1)
+    aligned_ends = (offsets + nbytes + mask) & ~mask
+    if start == 0 and int(offsets[0]) != 0:
         yield Violation("OFFSETS_BOUNDS", path, f"first offset is {int(offsets[0])}, expected 0", 0)
         return
-    big = np.flatnonzero((offsets > limit) | (nbytes > limit))
-    if big.size:
-        i = int(big[0])
-        yield Violation("OFFSETS_BOUNDS", path, "offset or length beyond any file size", i)
+    if len(records) > 1 and not np.array_equal(offsets[1:], aligned_ends[:-1]):
+        yield _diagnose_chain(offsets, nbytes, aligned_ends, lo, path)
         return
-    ends = offsets + nbytes  # no overflow: both < 2**62
-    aligned_ends = (ends + np.uint64(spec.ALIGNMENT - 1)) & ~np.uint64(spec.ALIGNMENT - 1)
+    if stop == n:
+        end = int(aligned_ends[-1])
+        if end != blob_size:
+            rule = "OFFSETS_BOUNDS" if end > blob_size else "BLOB_SIZE"
+            yield Violation(rule, path, f"payloads end at {end} but images.bin has {blob_size} "
+                            "bytes", n - 1 if end > blob_size else None)
+            return
+    records = index[start:stop]
+    yield from _check_records(records, header, path, start)
+
+
+def _diagnose_chain(offsets, nbytes, aligned_ends, lo: int, path: str) -> Violation:
+    """Name the first broken link of the payload chain precisely (only runs on failure)."""
     misaligned = np.flatnonzero(offsets & np.uint64(spec.ALIGNMENT - 1))
-    if misaligned.size:
+    ends = offsets + nbytes
+    backwards = np.flatnonzero(offsets[1:] < ends[:-1])
+    gaps = np.flatnonzero(offsets[1:] != aligned_ends[:-1])
+    first = int(gaps[0]) + 1
+    if misaligned.size and int(misaligned[0]) <= first:
         i = int(misaligned[0])
-        yield Violation("OFFSET_ALIGNMENT", path,
-                        f"payload offset {int(offsets[i])} is not a multiple of 64", i)
-        return
-    if n > 1:
-        following = offsets[1:]
-        backwards = np.flatnonzero(following < ends[:-1])
-        if backwards.size:
-            i = int(backwards[0]) + 1
-            yield Violation("OFFSETS_NON_MONOTONIC", path,
-                            f"payload {i} starts at {int(offsets[i])}, inside payload {i - 1} "
-                            f"which ends at {int(ends[i - 1])}", i)
-            return
-        gaps = np.flatnonzero(following != aligned_ends[:-1])
-        if gaps.size:
-            i = int(gaps[0]) + 1
-            yield Violation("OFFSETS_BOUNDS", path,
-                            f"payload {i} starts at {int(offsets[i])}, expected "
-                            f"{int(aligned_ends[i - 1])} (payloads are packed at 64-byte steps)", i)
-            return
-    end = int(aligned_ends[-1])
-    if end != blob_size:
-        rule = "OFFSETS_BOUNDS" if end > blob_size else "BLOB_SIZE"
-        yield Violation(rule, path, f"payloads end at {end} but images.bin has {blob_size} bytes",
-                        n - 1 if end > blob_size else None)
-        return
+        return Violation("OFFSET_ALIGNMENT", path,
+                         f"payload offset {int(offsets[i])} is not a multiple of 64", lo + i)
+    if backwards.size and int(backwards[0]) + 1 <= first:
+        i = int(backwards[0]) + 1
+        return Violation("OFFSETS_NON_MONOTONIC", path,
+                         f"payload {lo + i} starts at {int(offsets[i])}, inside payload "
+                         f"{lo + i - 1} which ends at {int(ends[i - 1])}", lo + i)
+    return Violation("OFFSETS_BOUNDS", path,
+                     f"payload {lo + first} starts at {int(offsets[first])}, expected "
+                     f"{int(aligned_ends[first - 1])} (payloads are packed at 64-byte steps)",
+                     lo + first)
+
+
+def _check_records(records: np.ndarray, header: Header, path: str, start: int
+                   ) -> Iterator[Violation]:
+    """Per-record rules: sizes, channels, codec, reserved fields, fixed shape."""
+    heights = records["height"]
+    widths = records["width"]
+    codecs = records["codec"]
+    nbytes = records["nbytes"]
     bad = np.flatnonzero((heights < 1) | (heights > spec.MAX_SIDE) | (widths < 1)
                          | (widths > spec.MAX_SIDE))
     if bad.size:
         i = int(bad[0])
         yield Violation("LIMIT_EXCEEDED", path, f"image size {int(heights[i])}x{int(widths[i])} "
-                        f"outside 1..{spec.MAX_SIDE}", i)
+                        f"outside 1..{spec.MAX_SIDE}", start + i)
         return
-    bad = np.flatnonzero(channels != spec.CHANNELS)
+    bad = np.flatnonzero(records["channels"] != spec.CHANNELS)
     if bad.size:
         i = int(bad[0])
-        yield Violation("INDEX_FIELD", path, f"channels is {int(channels[i])}, must be 3", i)
-    bad = np.flatnonzero((index["flags"] != 0) | (index["reserved"] != 0))
+        yield Violation("INDEX_FIELD", path, f"channels is {int(records['channels'][i])}, must "
+                        "be 3", start + i)
+    bad = np.flatnonzero((records["flags"] != 0) | (records["reserved"] != 0))
     if bad.size:
-        yield Violation("INDEX_FIELD", path, "flags and reserved must be 0", int(bad[0]))
+        yield Violation("INDEX_FIELD", path, "flags and reserved must be 0", start + int(bad[0]))
     bad = np.flatnonzero(codecs > spec.CODEC_PNG)
     if bad.size:
         i = int(bad[0])
-        yield Violation("CODEC_UNKNOWN", path, f"unknown codec id {int(codecs[i])}", i)
+        yield Violation("CODEC_UNKNOWN", path, f"unknown codec id {int(codecs[i])}", start + i)
     decoded = heights.astype(np.uint64) * widths.astype(np.uint64) * np.uint64(spec.CHANNELS)
-    bad = np.flatnonzero(index["decoded_nbytes"] != decoded)
+    bad = np.flatnonzero(records["decoded_nbytes"] != decoded)
     if bad.size:
         i = int(bad[0])
-        yield Violation("SAMPLE_SIZE", path, f"decoded_nbytes is {int(index['decoded_nbytes'][i])},"
-                        f" expected height*width*3 = {int(decoded[i])}", i)
+        yield Violation("SAMPLE_SIZE", path, f"decoded_nbytes is "
+                        f"{int(records['decoded_nbytes'][i])}, expected height*width*3 = "
+                        f"{int(decoded[i])}", start + i)
         return
     bad = np.flatnonzero((codecs == spec.CODEC_RAW) & (nbytes != decoded))
     if bad.size:
         i = int(bad[0])
         yield Violation("SAMPLE_SIZE", path, f"raw payload has {int(nbytes[i])} bytes, expected "
-                        f"{int(decoded[i])}", i)
+                        f"{int(decoded[i])}", start + i)
     bad = np.flatnonzero((codecs != spec.CODEC_RAW) & (nbytes == 0))
     if bad.size:
-        yield Violation("SAMPLE_SIZE", path, "encoded payload is empty", int(bad[0]))
+        yield Violation("SAMPLE_SIZE", path, "encoded payload is empty", start + int(bad[0]))
     fixed = header.image.fixed_shape
     if fixed is not None:
         bad = np.flatnonzero((codecs != spec.CODEC_RAW) | (heights != fixed[0])
@@ -302,19 +328,44 @@ def check_index(index: np.ndarray, header: Header, blob_size: int, path: str
             i = int(bad[0])
             yield Violation("FIXED_SHAPE", path, f"sample is {_codec_name(codecs[i])} "
                             f"{int(heights[i])}x{int(widths[i])}, but the header fixes raw "
-                            f"{fixed[0]}x{fixed[1]}", i)
+                            f"{fixed[0]}x{fixed[1]}", start + i)
 
 
-def _codec_name(codec_id) -> str:
-    return spec.CODEC_NAMES.get(int(codec_id), f"codec {int(codec_id)}")
+def check_index_tail(index: np.ndarray, header: Header, blob_size: int, path: str
+                     ) -> Iterator[Violation]:
+    """O(1) checks a reader makes at open: the last record ends at the blob's end; a fixed-shape
+    blob has exactly N equal strides."""
+    n = len(index)
+    if n == 0:
+        yield from check_index(index, header, blob_size, path)
+        return
+    last = index[n - 1]
+    offset, length = int(last["offset"]), int(last["nbytes"])
+    end = spec.align_up(offset + length)
+    if offset > blob_size or length > blob_size or end > blob_size:
+        yield Violation("OFFSETS_BOUNDS", path, f"the last payload ends at {end}, past the "
+                        f"{blob_size}-byte blob", n - 1)
+    elif end != blob_size:
+        yield Violation("BLOB_SIZE", path, f"payloads end at {end} but images.bin has "
+                        f"{blob_size} bytes")
+    fixed = header.image.fixed_shape
+    if fixed is not None and blob_size != n * spec.align_up(fixed[0] * fixed[1] * fixed[2]):
+        yield Violation("FIXED_SHAPE", path, f"a fixed-shape blob of {n} samples of "
+                        f"{list(fixed)} must have {n * spec.align_up(fixed[0] * fixed[1] * 3)} "
+                        f"bytes, not {blob_size}")
 
 
-def check_counts(counts: np.ndarray, max_boxes: int, path: str) -> Iterator[Violation]:
+def check_counts(counts: np.ndarray, max_boxes: int, path: str, start: int = 0
+                 ) -> Iterator[Violation]:
     bad = np.flatnonzero((counts < 0) | (counts > max_boxes))
     if bad.size:
         i = int(bad[0])
         yield Violation("COUNT_RANGE", path, f"box count {int(counts[i])} outside 0..{max_boxes}",
-                        i)
+                        start + i)
+
+
+def _codec_name(codec_id) -> str:
+    return spec.CODEC_NAMES.get(int(codec_id), f"codec {int(codec_id)}")
 
 
 def check_string_offsets(offsets: np.ndarray, size: int, path: str) -> Iterator[Violation]:

@@ -63,6 +63,13 @@ def verify(path: str | os.PathLike[str], *, raise_on_error: bool = True,
                              error.index))
         return _finish(report, raise_on_error)
     report.num_samples = len(dataset)
+    try:
+        dataset.validate_index()
+    except errors.FormatError as error:
+        report.add(Violation(error.rule or "FORMAT", error.path or str(root), error.message,
+                             error.index))
+        _check_files(dataset, report)
+        return _finish(report, raise_on_error)
     _check_files(dataset, report)
     _check_payloads(dataset, report)
     _check_labels(dataset, report)

@@ -502,6 +502,7 @@ def _validate_output(directory: Path) -> None:
     from detfmt.reader import Dataset
 
     dataset = Dataset(directory)
+    dataset.validate_index()
     n = len(dataset)
     step = 4096
     paths = (str(directory / spec.BOXES_FILE), str(directory / spec.CLASSES_FILE))
