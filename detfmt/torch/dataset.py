@@ -68,7 +68,7 @@ class DetectionDataset(tud.Dataset):
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         ds = self.ds
-        h, w, _ = ds.image_shape(index)
+        h, w, _ = ds.image_shape(index)  # checks the index (UsageError / IndexError)
         image = torch.empty((h, w, 3), dtype=torch.uint8)
         ds.decode_into(index, image.numpy())
         count = int(ds.counts[index])
@@ -76,8 +76,7 @@ class DetectionDataset(tud.Dataset):
             "image": image if self.layout == "HWC" else image.permute(2, 0, 1),
             "boxes": torch.from_numpy(np.array(ds.boxes[index, :count], dtype=np.float32)),
             "classes": torch.from_numpy(np.array(ds.classes[index, :count], dtype=np.int32)),
-            "index": torch.tensor(int(ds._check_index(index)) if hasattr(ds, "_check_index")
-                                  else int(index), dtype=torch.int64),
+            "index": torch.tensor(int(index) % self._len, dtype=torch.int64),
             "size": torch.tensor([h, w], dtype=torch.int32),
         }
 
