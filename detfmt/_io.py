@@ -230,7 +230,11 @@ def publish_exchange(temp: Path, target: Path) -> bool:
 def publish_replace(temp: Path, target: Path, old: Path) -> None:
     """Non-atomic fallback: target -> old, temp -> target (a short window without the path)."""
     rename(str(target), str(old))
-    rename(str(temp), str(target))
+    try:
+        rename(str(temp), str(target))
+    except OSError:
+        rename(str(old), str(target))  # put the old dataset back: `old` looks like a temporary
+        raise
     fsync_dir(str(target.parent))
 
 

@@ -472,9 +472,21 @@ def write(
             header = builder.finalize(class_infos, meta, max_side)
             _validate_output(temp)
             _io.fsync_dir(str(temp))
-            _publish(temp, target, exists)
+            published = _identity(temp)
+            try:
+                _publish(temp, target, exists)
+            except OSError as error:
+                if isinstance(error, errors.DetfmtError) or _identity(target) != published:
+                    raise
+                # the switch happened; only making it durable failed: do not claim "untouched"
+                raise errors.WriteError(
+                    f"the new dataset is in place (the old one was replaced), but making the "
+                    f"switch durable failed: {error.strerror or error}; it may not survive a "
+                    "power loss", errno=error.errno, path=target) from error
             temp = None
         except OSError as error:
+            if isinstance(error, errors.DetfmtError):  # already typed (e.g. TargetExistsError)
+                raise
             raise _os_error(error, target, "write failed") from error
     except BaseException:
         if builder is not None:
@@ -495,6 +507,15 @@ def write(
                        max_boxes=header.max_boxes, codecs=dict(header.image.codecs),
                        blob_bytes=header.files[spec.BLOB_FILE].size, total_bytes=total,
                        clipped_boxes=builder.clipped, seconds=time.perf_counter() - started)
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of a directory entry, None if there is none."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
 
 
 def _validate_output(directory: Path) -> None:
