@@ -154,7 +154,21 @@ def parse_coco(annotations_json: str | os.PathLike[str]) -> CocoIndex:
     return CocoIndex(parsed, annotations_json)
 
 
-def _records(index: CocoIndex, images_dir: Path) -> Iterator[SourceImage]:
+def _image_path(images_dir: Path, file_name: str, report: ConversionReport) -> Path:
+    """``images_dir/file_name``; when that is missing but ``images_dir/<basename>`` exists (a
+    file_name such as "train2017/x.jpg" with images_dir already pointing into train2017), the
+    latter, counted as note ``file_name_basename``."""
+    path = images_dir / file_name
+    if not path.exists() and Path(file_name).name != file_name:
+        fallback = images_dir / Path(file_name).name
+        if fallback.exists():
+            report.note("file_name_basename", fallback, f"file_name {file_name!r} not found")
+            return fallback
+    return path
+
+
+def _records(index: CocoIndex, images_dir: Path, report: ConversionReport
+             ) -> Iterator[SourceImage]:
     names = {cid: name for name, cid in index.categories}
     for row, image in enumerate(index.images):
         span = index.annotations_of(row)
@@ -169,7 +183,7 @@ def _records(index: CocoIndex, images_dir: Path) -> Iterator[SourceImage]:
         if image.width is not None and image.height is not None:
             declared = (int(image.width), int(image.height))
         yield SourceImage(
-            path=images_dir / image.file_name,
+            path=_image_path(images_dir, image.file_name, report),
             file_name=image.file_name,
             boxes=index.boxes[span],
             classes=category,
@@ -206,7 +220,7 @@ def from_coco(
                           f"image_id not among the images, e.g. {index.orphan_ids[:5]}")
     paths = [images_dir / image.file_name for image in index.images]
     return convert_records(
-        _records(index, images_dir),
+        _records(index, images_dir, report),
         count=len(index),
         paths=paths,
         classes=index.categories,

@@ -165,3 +165,11 @@ def test_lax_numbers_accepted(tmp_path, recorder):
     report = from_coco(js, tmp_path / "img", tmp_path / "out")
     assert report.boxes_kept == 1 and not report.notes
     np.testing.assert_array_equal(recorder.samples[0]["iscrowd"], [1])
+
+
+def test_file_name_with_folder_falls_back_to_basename(tmp_path, recorder):
+    save_image(tmp_path / "img" / "a.jpg", 64, 48, seed=1)
+    js = write_coco(tmp_path / "a.json", [{"id": 1, "file_name": "train2017/a.jpg"}], [], CATS)
+    report = from_coco(js, tmp_path / "img", tmp_path / "out")
+    assert report.images_kept == 1 and report.notes == {"file_name_basename": 1}
+    assert recorder.samples[0]["file_name"] == "train2017/a.jpg"  # the original name is kept
