@@ -157,8 +157,8 @@ def from_yolo(
     for label in orphans:
         _, _, lines, _ = parse_label_file(label, class_ids)
         report.boxes_source += lines
-        report.note("label_without_image", label, f"{lines} boxes with no image")
-        report.drop_boxes("label_without_image", label, lines)
+        report.note("label_without_image", None if lines else label, "label file without an image")
+        report.drop_boxes("label_without_image", label, lines, "label file without an image")
     return convert_records(
         _records(pairs, class_ids, images_dir, report),
         count=len(pairs),
