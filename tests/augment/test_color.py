@@ -138,6 +138,7 @@ def test_random_hsv_matches_cv2_when_installed():
         im_hsv = cv2.merge((cv2.LUT(hue, lut_hue), cv2.LUT(sat, lut_sat), cv2.LUT(val, lut_val)))
         ref = cv2.cvtColor(im_hsv, cv2.COLOR_HSV2BGR)[..., ::-1]
         assert _fraction_within(got, ref, 2) >= 0.99
+        assert _fraction_within(got, ref, 0) >= 0.98  # OpenCV's own rounding, reproduced
 
 
 def test_zero_gains_keep_grey_and_value():
