@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from detfmt import errors
+from detfmt import errors, validate
 from detfmt.reader import NumpyBatch, Sample, SampleIndexError
 from detfmt.shard.errors import SchemaMismatchError, ShardChecksumError
 from detfmt.shard.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, Manifest, decode_manifest
@@ -98,7 +98,7 @@ class ShardedDataset(Sequence):
         self.schema = self.manifest.schema
         self._starts = np.array([s.first_index for s in self.shards], dtype=np.int64)
         self._counts = np.array([s.num_samples for s in self.shards], dtype=np.int64)
-        self._open: OrderedDict[int, PackedDataset] = OrderedDict()
+        self._open: OrderedDict[int, tuple] = OrderedDict()
         self._lock = threading.Lock()
         self._plan_shards: list[int] = []
 
@@ -133,18 +133,25 @@ class ShardedDataset(Sequence):
 
     def shard(self, k: int) -> PackedDataset:
         """The opened reader of shard ``k`` (fetched into the cache first for remote roots)."""
-        with self._lock:
-            ds = self._open.get(k)
-            if ds is not None:
-                self._open.move_to_end(k)
-                return ds
+        return self._entry(k)[0]
+
+    def _entry(self, k: int) -> tuple[PackedDataset, np.ndarray, np.ndarray, np.ndarray | None]:
+        """(reader, heights, widths, fixed images or None) of shard ``k``, opened once."""
+        entry = self._open.get(k)  # lock-free hit: dict reads are atomic
+        if entry is not None:
+            if self._cache is not None:
+                with self._lock:
+                    if k in self._open:
+                        self._open.move_to_end(k)
+            return entry
         ds = self._open_shard(k)
+        entry = (ds, ds.index["height"], ds.index["width"], ds.fixed_images)
         with self._lock:
-            self._open[k] = ds
+            self._open[k] = entry
             self._open.move_to_end(k)
             while len(self._open) > self._max_open:
                 self._open.popitem(last=False)
-        return ds
+        return entry
 
     def _open_shard(self, k: int) -> PackedDataset:
         info = self.shards[k]
@@ -231,17 +238,25 @@ class ShardedDataset(Sequence):
         idx = np.where(idx < 0, idx + n, idx)
         ks = np.searchsorted(self._starts, idx, side="right") - 1
         local = idx - self._starts[ks]
-        groups = [(int(k), np.flatnonzero(ks == k)) for k in np.unique(ks)]
         b = idx.size
+        if b and ks[0] == ks[-1] and (ks == ks[0]).all():  # the common case: one shard
+            groups = [(int(ks[0]), np.arange(b))]
+        else:
+            groups = [(int(k), np.flatnonzero(ks == k)) for k in np.unique(ks)]
         heights = np.zeros(b, np.int64)
         widths = np.zeros(b, np.int64)
         counts = np.zeros(b, np.int64)
-        readers = {}
+        entries = {}
         for k, pos in groups:
-            ds = readers[k] = self.shard(k)
-            heights[pos] = ds.index["height"][local[pos]]
-            widths[pos] = ds.index["width"][local[pos]]
-            counts[pos] = ds.counts[local[pos]]
+            entry = entries[k] = self._entry(k)
+            loc = local[pos]
+            ensure = getattr(entry[0], "_ensure_valid", None)  # readers that check lazily
+            if ensure is not None:
+                ensure(loc)
+            heights[pos] = entry[1][loc]
+            widths[pos] = entry[2][loc]
+            counts[pos] = entry[0].counts[loc]
+        readers = {k: e[0] for k, e in entries.items()}
         hmax = int(heights.max()) if b else 0
         wmax = int(widths.max()) if b else 0
         m = int(counts.max()) if b else 0
@@ -257,20 +272,20 @@ class ShardedDataset(Sequence):
             classes[pos, :mk] = ds.classes[loc, :mk]
             for name, arr in fields_.items():
                 arr[pos, :mk] = ds.box_fields[name][loc, :mk]
-            ds._raise_label_errors(
-                loc,
-                boxes[pos],
-                classes[pos],
-                counts[pos],
-                {name: arr[pos] for name, arr in fields_.items()},
-            )
+            fixed = entries[k][3]
             for j, li in zip(pos.tolist(), loc.tolist(), strict=True):
                 h, w = int(heights[j]), int(widths[j])
+                if fixed is not None and h == hmax and w == wmax:
+                    np.copyto(images[j], fixed[li])  # one contiguous copy, no decode dispatch
+                    continue
                 ds.decode_into(li, images[j, :h, :w])
                 if h < hmax:
                     images[j, h:] = pad_value
                 if w < wmax:
                     images[j, :h, w:] = pad_value
+        self._check_labels(
+            idx, readers, groups, local, heights, widths, boxes, classes, counts, fields_
+        )
         mask = np.arange(m) < counts[:, None]
         sizes = np.stack([heights, widths], axis=1).astype(np.int32)
         return NumpyBatch(
@@ -282,6 +297,36 @@ class ShardedDataset(Sequence):
             indices=idx,
             fields=fields_,
         )
+
+    def _check_labels(
+        self, idx, readers, groups, local, heights, widths, boxes, classes, counts, fields_
+    ) -> None:
+        """One vectorized label check per batch; on a violation, redo it per shard so the
+        error names the shard file and its local sample index."""
+        clean = not any(
+            True
+            for _ in validate.check_labels(
+                boxes=boxes,
+                classes=classes,
+                counts=counts,
+                heights=heights,
+                widths=widths,
+                num_classes=len(self.schema.classes),
+                indices=idx,
+                paths=(self.root, self.root),
+                box_fields={name: (self.root, arr) for name, arr in fields_.items()},
+            )
+        )
+        if clean:
+            return
+        for k, pos in groups:
+            readers[k]._raise_label_errors(
+                local[pos],
+                boxes[pos],
+                classes[pos],
+                counts[pos],
+                {name: arr[pos] for name, arr in fields_.items()},
+            )
 
     # ------------------------------------------------------------------ epoch order
 

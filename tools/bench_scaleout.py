@@ -1,0 +1,230 @@
+#!/usr/bin/env python
+"""Scale-out benchmarks (docs/scaleout.md): distributed write and sharded/remote read.
+
+    .venv/bin/python tools/bench_scaleout.py [--samples N] [--side S] [--json out.json]
+
+1. Ray write, 1 vs 2 concurrent write tasks (goal >= 1.8x on 2 idle cores).
+2. DetfmtDatasink overhead vs calling write_partition directly, same partitions (goal <= 10%).
+3. Sharded read from a warm local cache vs the same samples as one 1.0 directory (goal >= 0.95x).
+4. Cold remote epoch from loopback S3 (moto) vs local disk: ratio and where the time goes.
+
+Needs the ``scale`` extra (ray, s3fs, moto). Every figure is measured in this run; the machine's
+load (``os.getloadavg``) is printed with them because a shared machine skews parallel speedups.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+import detfmt
+from detfmt.shard.write import commit, write_partition
+
+CLASSES = ["a", "b", "c"]
+
+
+def samples(n: int, side: int, seed: int = 0) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        # smooth images so JPEG/zstd do real work on realistic-ish content
+        base = rng.integers(0, 256, (side // 8, side // 8, 3), dtype=np.uint8)
+        image = np.repeat(np.repeat(base, 8, 0), 8, 1)
+        image = (image.astype(np.int16) + rng.integers(-6, 7, image.shape)).clip(0, 255)
+        k = int(rng.integers(0, 6))
+        xy = rng.uniform(0, side - 2, (k, 2, 2)).astype(np.float32)
+        boxes = np.concatenate([xy.min(1), xy.max(1) + 1], axis=1)
+        out.append(
+            {
+                "image": image.astype(np.uint8),
+                "boxes": boxes,
+                "classes": rng.integers(0, 3, k),
+                "source_id": i,
+            }
+        )
+    return out
+
+
+def timed(fn):
+    t = time.perf_counter()
+    result = fn()
+    return time.perf_counter() - t, result
+
+
+def bench_ray(data: list[dict], parts: int, codec: str, shard_bytes: int, tmp: str) -> dict:
+    import ray
+    import ray.data
+
+    from detfmt.ray import DetfmtDatasink
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    ray.data.DataContext.get_current().enable_progress_bars = False
+    per = len(data) // parts
+    chunks = [data[i * per : (i + 1) * per] for i in range(parts)]
+
+    def direct(root):
+        metas = [
+            m
+            for i, c in enumerate(chunks)
+            for m in write_partition(
+                c, root, i, classes=CLASSES, codec=codec, shard_bytes=shard_bytes
+            )
+        ]
+        commit(root, metas, write_id="0" * 32)
+
+    def with_ray(root, concurrency):
+        ds = ray.data.from_items([s for c in chunks for s in c], override_num_blocks=parts)
+        ds = ds.materialize()  # input in the object store before the clock starts
+        sink = DetfmtDatasink(
+            root, classes=CLASSES, codec=codec, shard_bytes=shard_bytes, write_id="0" * 32
+        )
+        t = time.perf_counter()
+        ds.write_datasink(sink, concurrency=concurrency)
+        return time.perf_counter() - t
+
+    with_ray(os.path.join(tmp, "warmup"), 2)  # worker start-up and imports, not measured
+    res = {}
+    res["direct_s"], _ = timed(lambda: direct(os.path.join(tmp, "direct")))
+    res["ray_1_s"] = with_ray(os.path.join(tmp, "ray1"), 1)
+    res["ray_2_s"] = with_ray(os.path.join(tmp, "ray2"), 2)
+    res["speedup_2_vs_1"] = res["ray_1_s"] / res["ray_2_s"]
+    res["datasink_overhead"] = res["ray_1_s"] / res["direct_s"] - 1
+    def manifest(name: str) -> bytes:
+        with open(os.path.join(tmp, name, "manifest.json"), "rb") as f:
+            return f.read()
+
+    res["byte_identical_manifests"] = manifest("ray1") == manifest("ray2") == manifest("direct")
+    ray.shutdown()
+    return res
+
+
+def epoch(ds, plan) -> tuple[float, int]:
+    t = time.perf_counter()
+    n = 0
+    for b in ds.iter_batches(plan):
+        n += len(b.indices)
+    return time.perf_counter() - t, n
+
+
+def flat_epoch(ds, batches) -> tuple[float, int]:
+    t = time.perf_counter()
+    n = 0
+    for idx in batches:
+        n += len(ds.batch(idx).indices)
+    return time.perf_counter() - t, n
+
+
+def bench_read(data: list[dict], codec: str, shard_bytes: int, tmp: str, batch: int) -> dict:
+    root = os.path.join(tmp, "sharded")
+    metas = [
+        m
+        for i in range(4)
+        for m in write_partition(
+            data[i::4], root, i, classes=CLASSES, codec=codec, shard_bytes=shard_bytes
+        )
+    ]
+    commit(root, metas, write_id="1" * 32)
+    sharded = detfmt.open(root)
+    flat_root = os.path.join(tmp, "flat")
+    order = [s for i in range(4) for s in data[i::4]]  # same global indices as the shards
+    detfmt.write(order, flat_root, classes=CLASSES, codec=codec, progress=False)
+    flat = detfmt.open(flat_root)
+    plan = sharded.plan(seed=0, epoch=0, batch_size=batch, window=2)
+    batches = list(plan.batches())
+    res = {"shards": len(sharded.shards), "samples": len(sharded)}
+    # warm both (page cache, mappings), then take the best of 3 epochs each
+    epoch(sharded, plan)
+    flat_epoch(flat, batches)
+    ts = min(epoch(sharded, plan)[0] for _ in range(3))
+    tf = min(flat_epoch(flat, batches)[0] for _ in range(3))
+    n = sum(len(b) for b in batches)
+    res["sharded_local_img_s"] = n / ts
+    res["flat_1_0_img_s"] = n / tf
+    res["sharded_vs_flat"] = tf / ts
+
+    try:
+        import s3fs  # noqa: F401
+
+        sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "scaleout"))
+        from scaleout_servers import moto_s3
+
+        from detfmt.shard.remote import upload
+    except ImportError as error:
+        res["remote"] = f"skipped: {error}"
+        return res
+    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    with moto_s3() as endpoint:
+        opts = {"key": "k", "secret": "s", "client_kwargs": {"endpoint_url": endpoint}}
+        import fsspec
+
+        fsspec.filesystem("s3", **opts).call_s3("create_bucket", Bucket="bench")
+        upload(root, "s3://bench/ds", storage_options=opts)
+        cache = os.path.join(tmp, "cache")
+        remote = detfmt.open("s3://bench/ds", storage_options=opts, cache_dir=cache)
+        t_dl = time.perf_counter()  # download alone: every shard once, sequentially
+        for s in remote.shards:
+            remote._cache.fetch(s)
+        download_s = time.perf_counter() - t_dl
+        shutil.rmtree(cache)
+        remote = detfmt.open("s3://bench/ds", storage_options=opts, cache_dir=cache)
+        cold, _ = epoch(remote, plan)
+        warm = min(epoch(remote, plan)[0] for _ in range(2))
+        res["remote_cold_epoch_s"] = cold
+        res["remote_warm_epoch_s"] = warm
+        res["local_epoch_s"] = ts
+        res["cold_vs_local"] = cold / ts
+        res["warm_cache_vs_flat"] = tf / warm
+        res["download_all_shards_s"] = download_s
+        res["download_MB_s"] = sum(s.bytes for s in remote.shards) / download_s / 1e6
+        res["cache_stats"] = dict(remote._cache.stats)
+        remote.close()
+    return res
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--samples", type=int, default=240)
+    p.add_argument("--side", type=int, default=256)
+    p.add_argument("--codec", default="jpeg")
+    p.add_argument("--read-codec", default="raw")
+    p.add_argument("--shard-mib", type=float, default=2.0)
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--skip-ray", action="store_true")
+    p.add_argument("--json")
+    args = p.parse_args()
+    shard_bytes = int(args.shard_mib * (1 << 20))
+    data = samples(args.samples, args.side)
+    out = {
+        "samples": args.samples,
+        "side": args.side,
+        "shard_bytes": shard_bytes,
+        "cpus": os.cpu_count(),
+        "load_before": os.getloadavg(),
+    }
+    tmp = tempfile.mkdtemp(prefix="bench-scaleout-")
+    try:
+        if not args.skip_ray:
+            out["write"] = bench_ray(data, 4, args.codec, shard_bytes, os.path.join(tmp, "w"))
+        out["read"] = bench_read(
+            data, args.read_codec, shard_bytes, os.path.join(tmp, "r"), args.batch
+        )
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    out["load_after"] = os.getloadavg()
+    text = json.dumps(out, indent=1, default=float)
+    print(text)
+    if args.json:
+        with open(args.json, "w") as f:
+            f.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
