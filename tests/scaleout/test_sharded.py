@@ -190,3 +190,16 @@ def test_box_fields_and_fixed_shape(tmp_path):
     b = ds.batch(range(6))
     assert b.images.shape == (6, 16, 16, 3)
     np.testing.assert_array_equal(b.fields["iscrowd"], b.mask.astype(np.uint8))
+
+
+def test_cli_gc(tmp_path, parts, capsys):
+    from detfmt.cli import main
+
+    commit(tmp_path, [write_shard(parts[0], tmp_path, "a", classes=CLASSES)])
+    orphan = write_shard(parts[2], tmp_path, "b", classes=CLASSES)
+    assert main(["gc", str(tmp_path)]) == 0  # default grace keeps young files
+    assert (tmp_path / orphan.path).exists()
+    assert main(["gc", str(tmp_path), "--grace", "0"]) == 0
+    assert not (tmp_path / orphan.path).exists()
+    assert str(tmp_path / orphan.path) in capsys.readouterr().out
+    assert len(detfmt.open(tmp_path)) == 5
