@@ -19,7 +19,7 @@ from detfmt import errors, spec
 
 #: Modules that add subcommands with a ``register(subparsers)`` function (imported lazily, and
 #: skipped when their optional dependencies are missing).
-PLUGINS = ("detfmt.convert.cli",)
+PLUGINS = ("detfmt.convert.cli", "detfmt.shard.cli")
 
 
 def _human(size: float) -> str:
