@@ -65,13 +65,25 @@ def mix64(z: int) -> int:
     return z ^ (z >> 31)
 
 
+_CHUNK = 1 << 16  # 512 KiB of uint64: the hash passes stay in cache
+
+
 def _mix64_array(z: np.ndarray) -> np.ndarray:
-    """mix64 over a uint64 array, in place (wrap-around multiplication is the definition)."""
-    z ^= z >> np.uint64(30)
-    z *= _M1
-    z ^= z >> np.uint64(27)
-    z *= _M2
-    z ^= z >> np.uint64(31)
+    """mix64 over a uint64 array, in place, chunk by chunk (wrap-around multiply is the rule)."""
+    flat = z.reshape(-1)
+    tmp = np.empty(min(_CHUNK, flat.size), np.uint64)
+    s30, s27, s31 = np.uint64(30), np.uint64(27), np.uint64(31)
+    for lo in range(0, flat.size, _CHUNK):
+        c = flat[lo : lo + _CHUNK]
+        t = tmp[: c.size]
+        np.right_shift(c, s30, out=t)
+        c ^= t
+        c *= _M1
+        np.right_shift(c, s27, out=t)
+        c ^= t
+        c *= _M2
+        np.right_shift(c, s31, out=t)
+        c ^= t
     return z
 
 
@@ -81,9 +93,8 @@ def splitmix64_stream(state: int, start: int, count: int) -> np.ndarray:
     Output j is ``mix64(state + (j + 1) * GOLDEN_RATIO_64 mod 2**64)``.
     """
     j = np.arange(start + 1, start + count + 1, dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        j *= np.uint64(GOLDEN_RATIO_64)
-        j += np.uint64(state & _MASK64)
+    j *= np.uint64(GOLDEN_RATIO_64)
+    j += np.uint64(state & _MASK64)
     return _mix64_array(j)
 
 
