@@ -263,11 +263,14 @@ def _diagnose_chain(offsets, nbytes, aligned_ends, lo: int, path: str) -> Violat
     backwards = np.flatnonzero(offsets[1:] < ends[:-1])
     gaps = np.flatnonzero(offsets[1:] != aligned_ends[:-1])
     first = int(gaps[0]) + 1
-    if misaligned.size and int(misaligned[0]) <= first:
+    # Contract and SPEC §8: a misaligned offset, then an overlap (a payload starting before the
+    # previous one ends), anywhere in the chain outranks a gap, so swapped offsets read as
+    # OFFSETS_NON_MONOTONIC even when the first broken link is a gap.
+    if misaligned.size:
         i = int(misaligned[0])
         return Violation("OFFSET_ALIGNMENT", path,
                          f"payload offset {int(offsets[i])} is not a multiple of 64", lo + i)
-    if backwards.size and int(backwards[0]) + 1 <= first:
+    if backwards.size:
         i = int(backwards[0]) + 1
         return Violation("OFFSETS_NON_MONOTONIC", path,
                          f"payload {lo + i} starts at {int(offsets[i])}, inside payload "
