@@ -6,7 +6,7 @@ Each input picks one of four tiny valid seed datasets (raw, zstd, png, jpeg) and
 and batched, and ``verify()`` runs. A finding is any exception other than DetfmtError, or a
 dataset that verifies cleanly but reads back differently from its seed; crashes, hangs and memory
 blow-ups are caught by libFuzzer's ``-timeout`` / ``-rss_limit_mb``. Each finding is saved as the
-mutated dataset packed as ``.tar`` in ``--corpus-out`` (default tests/corpus/), which CI replays.
+mutated dataset packed as ``.tar.gz`` in ``--corpus-out`` (default tests/corpus/), which CI replays.
 
     python tools/fuzz_open.py --seconds 600                 # atheris if installed
     python tools/fuzz_open.py --seconds 600 --engine hypothesis
@@ -167,7 +167,7 @@ def save_finding(ds: Path, state: State, problem: str, mutations: list[dict[str,
     packed = relharness.pack_dir(ds)
     name = "fuzz-" + hashlib.sha256(packed).hexdigest()[:16]
     state.corpus_out.mkdir(parents=True, exist_ok=True)
-    out = state.corpus_out / f"{name}.tar"
+    out = state.corpus_out / f"{name}.tar.gz"
     out.write_bytes(packed)
     note = {"problem": problem[:2000],
             "mutations": json.loads(json.dumps(mutations, default=lambda b: b.hex()))}
@@ -219,6 +219,33 @@ def run_hypothesis(args: argparse.Namespace, state: State) -> None:
             fuzz(rng.randbytes(rng.randint(4, 512)))
 
 
+def seed_corpus_from_cases(out: Path, max_bytes: int = 96 << 10) -> list[Path]:
+    """Pack the damaged datasets of tests/reliability/test_rel_cases.py into ``out`` as
+    regression inputs (cases whose damage is not a plain file, e.g. a FIFO, are skipped)."""
+    import test_rel_cases
+
+    written = []
+    root = Path(tempfile.mkdtemp(prefix="detfmt-cases-"))
+    try:
+        bases = {c: relharness.build_dataset(root / f"base-{c}", n=5, seed=1, codec=c)
+                 for c in relharness.CODECS}
+        for case in test_rel_cases.CASES:
+            if any(word in case.id for word in ("symlink", "fifo", "directory")):
+                continue
+            ds = root / case.id
+            shutil.copytree(bases[case.codec], ds)
+            case.damage(ds)
+            packed = relharness.pack_dir(ds)
+            if len(packed) > max_bytes:
+                continue
+            path = out / f"case-{case.id}.tar.gz"
+            path.write_bytes(packed)
+            written.append(path)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return written
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=int, default=600)
@@ -228,7 +255,14 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--replay", type=Path, help="run one saved libFuzzer input and report")
     ap.add_argument("--stop-on-finding", action="store_true")
+    ap.add_argument("--seed-corpus-from-cases", action="store_true",
+                    help="write the adversarial cases' datasets into --corpus-out and exit")
     args = ap.parse_args()
+    if args.seed_corpus_from_cases:
+        args.corpus_out.mkdir(parents=True, exist_ok=True)
+        paths = seed_corpus_from_cases(args.corpus_out)
+        print(f"{len(paths)} cases written to {args.corpus_out}")
+        return
     Path(args.work).mkdir(parents=True, exist_ok=True)
     engine = args.engine
     if engine == "auto":

@@ -631,6 +631,9 @@ def _once(spec: str) -> None:
 
 
 def pack_dir(src: Path) -> bytes:
+    """The regular files of ``src`` as a deterministic gzipped tar (a corpus entry)."""
+    import gzip
+
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
         for p in sorted(src.iterdir()):
@@ -640,12 +643,12 @@ def pack_dir(src: Path) -> bytes:
                 info.size = len(data)
                 info.mtime = 0
                 tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
+    return gzip.compress(buf.getvalue(), mtime=0)
 
 
 def unpack_dir(data: bytes, dst: Path) -> Path:
     dst.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r") as tar:
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as tar:
         for m in tar.getmembers():
             if m.isfile() and "/" not in m.name and m.name not in ("", ".", ".."):
                 f = tar.extractfile(m)

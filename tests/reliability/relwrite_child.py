@@ -21,3 +21,51 @@ def write_with_fsize_limit(target: str, limit: int) -> dict[str, Any]:
         return {"error": type(e).__name__, "rule": e.rule, "errno": getattr(e, "errno", None),
                 "message": str(e)}
     return {"error": None}
+
+
+def readonly_checks(mountpoint: str) -> dict[str, Any]:
+    """Inside a private mount namespace: a tmpfs at ``mountpoint`` gets a dataset, is remounted
+    read-only (a real EROFS even for root), and then read and written."""
+    import subprocess
+
+    import detfmt
+
+    def mount(*args: str) -> None:
+        subprocess.run(["mount", *args], check=True, capture_output=True)
+
+    mount("-t", "tmpfs", "-o", "size=8m", "tmpfs", mountpoint)
+    root = f"{mountpoint}/data"
+    relharness.build_dataset(f"{root}/ds", n=4, seed=2, codec="zstd")
+    before = relharness.content_digest(f"{root}/ds")
+    mount("-o", "remount,ro", mountpoint)
+    result: dict[str, Any] = {}
+    result["read_equal"] = relharness.content_digest(f"{root}/ds") == before
+    result["verify_ok"] = detfmt.verify(f"{root}/ds").ok
+    with detfmt.open(f"{root}/ds") as ds:
+        result["batch_ok"] = ds.batch([0, 1]).images.shape[0] == 2
+    consumed = []
+
+    def samples() -> Any:
+        for s in relharness.make_samples(2, 3):
+            consumed.append(1)
+            yield s
+
+    for name, target, overwrite in (("new", f"{root}/new", False), ("overwrite", f"{root}/ds",
+                                                                    True)):
+        try:
+            detfmt.write(samples(), target, classes=relharness.CLASSES,
+                         box_fields={"iscrowd": "|u1"}, overwrite=overwrite)
+            result[name] = "written?!"
+        except detfmt.DetfmtError as e:
+            result[name] = [type(e).__name__, e.rule, getattr(e, "errno", None), str(e)]
+    result["samples_consumed"] = len(consumed)
+    result["still_equal"] = relharness.content_digest(f"{root}/ds") == before
+    result["cleanup"] = [str(p) for p in detfmt.cleanup(root)]
+    return result
+
+
+if __name__ == "__main__":
+    import json
+    import sys
+
+    print(json.dumps(readonly_checks(sys.argv[1])))

@@ -53,7 +53,7 @@ def test_mutations_are_detected_or_harmless(codec: str, base_datasets: dict[str,
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-@relstrategies.FUZZ_SETTINGS
+@relstrategies.PER_FILE_SETTINGS
 @given(data=st.data())
 def test_every_file_every_op(data: st.DataObject, base_datasets: dict[str, Path],
                              worker: relharness.SafeWorker, tmp_path: Path) -> None:
