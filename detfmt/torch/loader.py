@@ -109,6 +109,8 @@ class Loader(EpochSchedule):
         self.device = torch.device(device) if device is not None else None
         cuda = self.device is not None and self.device.type == "cuda"
         self.pin_memory = bool(cuda if pin_memory is None else pin_memory)
+        if self.pin_memory and not torch.cuda.is_available():
+            raise UsageError("pin_memory=True needs CUDA (torch.cuda.is_available() is False)")
         self.layout = layout
         self.pad_value = int(pad_value)
         self.gather = Gatherer(self.ds, io=io)

@@ -238,7 +238,9 @@ def test_usage_errors(make_ds):
     for kwargs in [dict(batch_size=0), dict(batch_size=2, layout="NCHW"),
                    dict(batch_size=2, rank=2, world_size=2), dict(batch_size=2, rank=0),
                    dict(batch_size=2, order="bogus"), dict(batch_size=2, io="bogus"),
-                   dict(batch_size=2, num_threads=0)]:
+                   dict(batch_size=2, num_threads=0),
+                   *([dict(batch_size=2, pin_memory=True)] if not torch.cuda.is_available()
+                     else [])]:
         with pytest.raises(UsageError):
             Loader(ds, **kwargs)
     loader = Loader(ds, 2)
