@@ -185,13 +185,21 @@ def _samples(
             _fail_or_skip(error, record, report, options)
             continue
         transpose, width, height = resolve_frame(info, record.declared_size, report, record.path)
+        image: Any = record.path
+        if not transpose:  # rare (see resolve_frame): decoded here, un-rotated
+            try:
+                image = _image.load_rgb(record.path, exif_transpose=False)
+            except InvalidSampleError as cause:
+                error = ConversionError(cause.message, rule=cause.rule, path=record.path)
+                error.__cause__ = cause
+                _fail_or_skip(error, record, report, options)
+                continue
         boxes = record.boxes.astype(np.float64, copy=True).reshape(-1, 4)
         if record.normalized:
             boxes *= np.array([width, height, width, height], dtype=np.float64)
         boxes, keep = apply_box_policy(boxes, width, height, report, record.path)
         sample: dict[str, Any] = {
-            "image": record.path if transpose else _image.load_rgb(record.path,
-                                                                   exif_transpose=False),
+            "image": image,
             "boxes": boxes[keep],
             "classes": np.asarray(record.classes, dtype=np.int32)[keep],
             "file_name": record.file_name,
