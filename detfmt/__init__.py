@@ -72,3 +72,13 @@ __all__ = [
     "write",
     "write_shard",
 ]
+
+
+def __getattr__(name: str):
+    """Lazy submodules: ``detfmt.convert.from_coco(...)`` works after a plain ``import detfmt``
+    without importing the converters for every user."""
+    if name == "convert":
+        import importlib
+
+        return importlib.import_module("detfmt.convert")
+    raise AttributeError(f"module 'detfmt' has no attribute {name!r}")
