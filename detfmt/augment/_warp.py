@@ -37,18 +37,18 @@ def sampling_grid(
     to_source = _normaliser(*in_size, device) @ torch.linalg.inv(matrix.to(torch.float64))
     a = to_source.to(torch.float32)
     out_h, out_w = out_size
-    u = (torch.arange(out_w, device=device, dtype=torch.float32) + 0.5)[None, None, :]
-    v = (torch.arange(out_h, device=device, dtype=torch.float32) + 0.5)[None, :, None]
-
-    def row(i: int) -> torch.Tensor:
-        return a[:, i, 0, None, None] * u + a[:, i, 1, None, None] * v + a[:, i, 2, None, None]
-
-    gx, gy = row(0), row(1)
-    if not affine_only:
-        w = row(2)
-        w = torch.where(w.abs() < 1e-8, torch.full_like(w, 1e-8), w)
-        gx, gy = gx / w, gy / w
-    return torch.stack([gx, gy], dim=-1)
+    u = torch.arange(out_w, device=device, dtype=torch.float32) + 0.5
+    v = torch.arange(out_h, device=device, dtype=torch.float32) + 0.5
+    rows = 2 if affine_only else 3
+    # Each coordinate is an outer sum (a0 u + a2) + (a1 v): one broadcast add writes the grid.
+    along_u = (a[:, :rows, 0, None] * u + a[:, :rows, 2, None]).transpose(1, 2)  # (B, W, rows)
+    along_v = (a[:, :rows, 1, None] * v).transpose(1, 2)  # (B, H, rows)
+    coords = along_u[:, None, :, :] + along_v[:, :, None, :]
+    if affine_only:
+        return coords
+    w = coords[..., 2:]
+    w = torch.where(w.abs() < 1e-8, torch.full_like(w, 1e-8), w)
+    return coords[..., :2] / w
 
 
 def valid_region_mask(
@@ -87,11 +87,13 @@ def warp_images(
     """
     height, width = images.shape[-2:]
     grid = sampling_grid(matrix, (height, width), out_size, affine_only)
-    work = images.to(torch.float32) - fill
+    work = images.to(torch.float32)
+    if fill != 0.0:
+        work.sub_(fill)
     if sizes is not None:
-        work = work * valid_region_mask(sizes, height, width, images.device)
+        work.mul_(valid_region_mask(sizes, height, width, images.device))
     out = F.grid_sample(work, grid, mode=interpolation, padding_mode="zeros", align_corners=False)
-    out = out + fill
     if images.dtype == torch.uint8:
-        return out.round_().clamp_(0, 255).to(torch.uint8)
-    return out.to(images.dtype)
+        # + 0.5 then truncation rounds (half up); values are >= 0 after the clamp.
+        return out.add_(fill + 0.5).clamp_(0.0, 255.0).to(torch.uint8)
+    return out.add_(fill).to(images.dtype)

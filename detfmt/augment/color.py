@@ -95,9 +95,8 @@ def apply_hsv_gains(images: torch.Tensor, gains: torch.Tensor) -> torch.Tensor:
     ``floor(clip(x * (1 + r), 0, 255))`` in float32 (float64 in Ultralytics: a product that
     lands within 1e-6 of an integer may differ by one level).
     """
-    rgb = _to_255(images)
-    if images.dtype != torch.uint8:
-        rgb = rgb.round()  # the LUTs are defined on uint8 levels
+    # The LUTs are defined on uint8 levels; float images are quantised to them first.
+    rgb = images if images.dtype == torch.uint8 else (images.to(torch.float32) * 255.0).round_()
     h, s, v = rgb_to_hsv_opencv(rgb).unbind(1)
     gains = gains.to(device=images.device, dtype=torch.float64)
     shift = torch.floor(gains[:, 0] * 180.0).to(torch.int32)[:, None, None]
@@ -107,7 +106,9 @@ def apply_hsv_gains(images: torch.Tensor, gains: torch.Tensor) -> torch.Tensor:
     s = torch.floor(torch.clamp(s * sat, 0.0, 255.0))
     v = torch.floor(torch.clamp(v * val, 0.0, 255.0))
     out = hsv_to_rgb_opencv(torch.stack([h.to(torch.float32), s, v], dim=1))
-    return _from_255(out, images)
+    if images.dtype == torch.uint8:
+        return out.to(torch.uint8)  # already integral and in [0, 255]
+    return (out / 255.0).to(images.dtype)
 
 
 class RandomHSV(Augmentation):
