@@ -107,10 +107,13 @@ def main() -> None:
               f"{'worker ms/img':>14}")
         for codec in args.codecs:
             base = None
+            runs: dict[int, list[dict]] = {w: [] for w in args.workers}
+            for r in range(args.rounds):  # interleaved, so every setting sees similar load
+                for workers in args.workers:
+                    runs[workers].append(run(ann, args.source, tmp / f"ds-{codec}-{workers}-{r}",
+                                             workers, codec, args.max_side))
             for workers in args.workers:
-                runs = [run(ann, args.source, tmp / f"ds-{codec}-{workers}-{r}", workers, codec,
-                            args.max_side) for r in range(args.rounds)]
-                best = max(runs, key=lambda r: r["images_per_s"])
+                best = max(runs[workers], key=lambda r: r["images_per_s"])
                 best.update(codec=codec, workers=workers)
                 if workers == 1:
                     base = best["images_per_s"]
