@@ -196,8 +196,10 @@ class Dataset(Sequence):
             if name in spec.STRING_FIELDS:
                 offsets = arrays[f"{name}.offsets.npy"]
                 text = members[f"{name}.bin"]
-                for violation in validate.check_string_offsets(offsets, text.size, text.path):
-                    raise violation.to_error()
+                if int(offsets[0]) != 0 or int(offsets[-1]) != text.size:  # O(1) at open;
+                    raise errors.LayoutError(  # each string is checked when read
+                        f"string offsets must run from 0 to {text.size}", rule="OFFSETS_BOUNDS",
+                        path=members[f"{name}.offsets.npy"].path)
                 self._strings[name] = (offsets, text)
         self._blob = blob.array(np.dtype(np.uint8), blob.size, 0)
         self._offsets = self.index["offset"]
@@ -347,6 +349,14 @@ class Dataset(Sequence):
         offsets, member = self._strings[name]
         i = self._check_index(index)
         start, end = int(offsets[i]), int(offsets[i + 1])
+        if not start <= end <= member.size:
+            raise errors.LayoutError(f"{name} offsets [{start}, {end}) are decreasing or past the "
+                                     f"{member.size}-byte file", rule="OFFSETS_NON_MONOTONIC",
+                                     path=str(self.path / f"{name}.offsets.npy"), index=i)
+        if end - start > spec.MAX_STRING_BYTES:
+            raise errors.LayoutError(f"{name} is {end - start} bytes, over the "
+                                     f"{spec.MAX_STRING_BYTES}-byte limit", rule="LIMIT_EXCEEDED",
+                                     path=str(self.path / f"{name}.offsets.npy"), index=i)
         try:
             return member.map[start:end].decode("utf-8") if member.map is not None else ""
         except UnicodeDecodeError as error:

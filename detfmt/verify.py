@@ -169,7 +169,13 @@ def _check_image_fields(dataset: Dataset, report: VerifyReport) -> None:
         if bad.size:
             report.add(Violation("IMAGE_FIELD", str(dataset.path / "scale_offset.npy"),
                                  "scale_offset must be finite with positive scales", int(bad[0])))
-    for name in dataset._strings:
+    for name, (offsets, member) in dataset._strings.items():
+        path = str(dataset.path / f"{name}.offsets.npy")
+        problems = list(validate.check_string_offsets(offsets, member.size, path))
+        for violation in problems:
+            report.add(violation)
+        if problems:
+            continue
         for i in range(len(dataset)):
             try:
                 dataset.string_field(name, i)
