@@ -44,7 +44,8 @@ class ShardedDataset(Sequence):
         cache_dir: node-local shard cache for remote roots (default: a directory under the
             system temp dir named after the write id).
         cache_limit: byte bound of that cache (LRU; shards the plan needs next are kept).
-        max_open: shards kept mapped at once (remote default 8; local: all).
+        max_open: shards kept mapped at once (remote default 32; local: all). An evicted cache
+            file stays readable (and on disk) while its reader is open.
     """
 
     def __init__(
@@ -82,7 +83,7 @@ class ShardedDataset(Sequence):
             self._cache = ShardCache(
                 self._fs, self._fs_root, base, self.manifest.write_id, cache_limit=cache_limit
             )
-            self._max_open = max_open or 8
+            self._max_open = max_open or 32
         else:
             if self.root.startswith("file://"):
                 self.root = self.root[len("file://") :]
@@ -372,13 +373,16 @@ class ShardedDataset(Sequence):
                 last[ks] = t
             by_first = [int(k) for k in np.argsort(first, kind="stable") if last[k] >= 0]
             rank_of = {k: r for r, k in enumerate(by_first)}
+        pinned: list[int] | None = None
         for t, batch in enumerate(batches):
             if self._cache is not None:
                 active = [k for k in by_first if first[k] <= t <= last[k]]
                 top = max((rank_of[k] for k in active), default=-1)
                 ahead = [k for k in by_first[top + 1 : top + 1 + prefetch_shards] if first[k] > t]
-                self._cache.protect([self.shards[k] for k in active + ahead])
-                self._cache.prefetch([self.shards[k] for k in active + ahead])
+                if active + ahead != pinned:  # the working set changes once per shard, not batch
+                    pinned = active + ahead
+                    self._cache.protect([self.shards[k] for k in pinned])
+                    self._cache.prefetch([self.shards[k] for k in pinned])
             yield self.batch(batch, out=out)
 
     # ------------------------------------------------------------------ lifecycle
