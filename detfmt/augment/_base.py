@@ -27,6 +27,7 @@ class Augmentation(nn.Module):
         if generator is not None and not isinstance(generator, torch.Generator):
             raise UsageError(f"generator must be a torch.Generator, got {type(generator)!r}")
         self.generator = generator if generator is not None else new_generator()
+        self.has_own_generator = generator is not None
         self.last_params: Params | None = None
 
     def sample(self, batch: Batch) -> Params:

@@ -36,7 +36,7 @@ class Compose(Augmentation):
         self.fuse = bool(fuse)
         if generator is not None:
             for t in self.transforms:
-                if isinstance(t, Augmentation):
+                if isinstance(t, Augmentation) and not t.has_own_generator:
                     t.generator = generator
 
     def _groups(self) -> list[list[int]]:

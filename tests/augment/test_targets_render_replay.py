@@ -125,3 +125,12 @@ def test_float_images_flow_through_and_fp16_out():
     out = pipe(batch)
     assert out.images.dtype == torch.float16
     assert out.images.min() >= 0 and out.images.max() <= 1
+
+
+def test_compose_generator_does_not_override_explicit_ones():
+    own = torch.Generator().manual_seed(5)
+    flip = A.RandomFlip(generator=own)
+    hsv = A.RandomHSV()
+    shared = torch.Generator().manual_seed(6)
+    A.Compose([flip, hsv], generator=shared)
+    assert flip.generator is own and hsv.generator is shared
