@@ -86,8 +86,9 @@ class _HashingWriter:
 
 def _schema_of(ds: Dataset, codec: str) -> Schema:
     h = ds.header
+    used = {name for name, count in h.image.codecs.items() if count}
     return Schema(
-        codec=codec,  # type: ignore[arg-type]
+        codec=codec if used <= {codec} else "mixed",  # type: ignore[arg-type]
         classes=[ClassEntry(name=c.name, source_id=c.source_id) for c in h.classes],
         box_fields=[BoxFieldInfo(name=f.name, dtype=f.dtype) for f in h.box_fields],
         image_fields=list(h.image_fields),
@@ -208,18 +209,21 @@ def write_partition(
 
 
 def _common_schema(metas: Sequence[ShardMeta]) -> Schema:
-    """All shards must agree; fixed_shape survives only when every shard has the same one."""
+    """All shards must agree on classes and fields; fixed_shape and codec survive only when
+    every shard has the same one (else null / "mixed")."""
     first = metas[0].schema
     shapes = {tuple(m.schema.fixed_shape) if m.schema.fixed_shape else None for m in metas}
-    base = msgspec.structs.replace(first, fixed_shape=None)
+    codecs = {m.schema.codec for m in metas}
+    base = msgspec.structs.replace(first, fixed_shape=None, codec="mixed")
     for m in metas:
-        if msgspec.structs.replace(m.schema, fixed_shape=None) != base:
+        if msgspec.structs.replace(m.schema, fixed_shape=None, codec="mixed") != base:
             raise errors.UsageError(
                 f"shard {m.key!r} has a different schema than shard {metas[0].key!r}",
                 rule="SCHEMA_MISMATCH",
             )
     shape = shapes.pop() if len(shapes) == 1 else None
-    return msgspec.structs.replace(first, fixed_shape=list(shape) if shape else None)
+    codec = codecs.pop() if len(codecs) == 1 else "mixed"
+    return msgspec.structs.replace(first, fixed_shape=list(shape) if shape else None, codec=codec)
 
 
 def commit(

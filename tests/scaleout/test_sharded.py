@@ -203,3 +203,12 @@ def test_cli_gc(tmp_path, parts, capsys):
     assert not (tmp_path / orphan.path).exists()
     assert str(tmp_path / orphan.path) in capsys.readouterr().out
     assert len(detfmt.open(tmp_path)) == 5
+
+
+def test_mixed_codecs_across_shards(tmp_path, parts):
+    a = write_shard(parts[0], tmp_path, "a", classes=CLASSES, codec="raw")
+    b = write_shard(parts[2], tmp_path, "b", classes=CLASSES, codec="png")
+    m = commit(tmp_path, [a, b])
+    assert (a.schema.codec, b.schema.codec, m.schema.codec) == ("raw", "png", "mixed")
+    ds = detfmt.open(tmp_path)
+    np.testing.assert_array_equal(ds[6].image, parts[2][1]["image"])
