@@ -228,7 +228,9 @@ def check_index(index: np.ndarray, header: Header, blob_size: int, path: str,
     if start >= stop:
         return
     lo = max(start - 1, 0)
-    records = index[lo:stop]
+    # The chain includes the record after the range too: otherwise the last record of a chunk
+    # could overlap the next chunk's payloads and be used before that chunk is validated.
+    records = index[lo:min(stop + 1, n)]
     offsets = records["offset"]
     nbytes = records["nbytes"]
     big = np.flatnonzero((offsets > np.uint64(blob_size)) | (nbytes > np.uint64(blob_size)))
