@@ -37,7 +37,9 @@ CASES = json.loads((REPO / "conformance" / "cases.json").read_text(encoding="utf
 #: Requirements checked by tests rather than by a golden dataset: rule -> tests (any one suffices).
 LISTED_TESTS: dict[str, list[str]] = {
     "R-42": ["tests/core/test_reader.py::test_replacement_is_detected"],
-    "R-44": ["tests/core/test_reader.py::test_label_corruption_is_caught_when_read"],
+    "R-44": ["tests/core/test_reader.py::test_label_corruption_is_caught_when_read",
+             "tests/test_spec_rules.py::"
+             "test_chunked_index_validation_checks_the_link_to_the_next_chunk"],
     "R-45": ["tests/test_conformance.py::test_invalid_case"],
     "R-48": ["tests/test_spec_rules.py::test_reading_leaves_the_dataset_untouched"],
     "W-1": ["tests/test_spec_rules.py::test_writer_output_has_the_exact_form"],
@@ -274,3 +276,24 @@ def test_unwritable_parent_is_target_not_writable(tmp_path, monkeypatch) -> None
                      classes=["a", "b"])
     assert caught.value.rule == "TARGET_NOT_WRITABLE"
     assert not (tmp_path / "ds").exists()
+
+
+def test_chunked_index_validation_checks_the_link_to_the_next_chunk() -> None:
+    """R-44: a reader validating the index lazily in chunks still never uses an unchecked record:
+    the last record of a chunk must not overlap the first payload of the next chunk."""
+    from detfmt import validate
+    from detfmt.schema import Header, ImageInfo
+
+    chunk = validate.INDEX_CHUNK
+    n = chunk + 2
+    index = np.zeros(n, spec.INDEX_DTYPE)
+    index["offset"] = np.arange(n) * 64
+    index["nbytes"] = index["decoded_nbytes"] = 3
+    index["height"] = index["width"] = 1
+    index["channels"], index["codec"] = 3, spec.CODEC_ZSTD
+    header = Header(format="detfmt", version="1.0", num_samples=n, max_boxes=0, classes=[],
+                    image=ImageInfo(), files={}, arrays={})
+    assert list(validate.check_index(index, header, n * 64, "images.bin", 0, chunk)) == []
+    index[chunk - 1]["nbytes"] = 200  # runs into the next chunk's payloads
+    found = list(validate.check_index(index, header, n * 64, "images.bin", 0, chunk))
+    assert [v.rule for v in found] == ["OFFSETS_NON_MONOTONIC"]

@@ -635,6 +635,22 @@ def _offsets_overlap(dataset: Dataset) -> Dataset:
     return dataset.seal()
 
 
+def _offsets_swapped() -> Dataset:
+    """Payloads 1 and 2 (64 bytes each, padded) trade places; each record still points at its own
+    payload and the last payload stays last, so only the order is wrong."""
+    dataset = build([Sample(pattern(4, 6, 50)), Sample(pattern(3, 5, 51)),
+                     Sample(pattern(2, 3, 52)), Sample(pattern(2, 2, 53))], CLASSES)
+    index = load(dataset, "index.npy")
+    data = stored_payloads(dataset)
+    blob = bytearray()
+    for i in (0, 2, 1, 3):
+        index[i]["offset"] = len(blob)
+        blob += data[i] + bytes(align(len(data[i])) - len(data[i]))
+    dataset.files["images.bin"] = bytes(blob)
+    store(dataset, "index.npy", index)
+    return dataset.seal()
+
+
 def _first_offset(dataset: Dataset) -> Dataset:
     return relayout(dataset, stored_payloads(dataset), shift={0: 64})
 
@@ -785,6 +801,8 @@ INVALID: list[tuple[str, str, str, Callable[[], Dataset]]] = [
      lambda: _truncate_blob(base_mixed())),
     ("offsets_overlap", "OFFSETS_NON_MONOTONIC", "payloads 1 and 2 share their bytes",
      lambda: _offsets_overlap(base_mixed())),
+    ("offsets_swapped", "OFFSETS_NON_MONOTONIC", "payloads 1 and 2 stored in reverse order",
+     lambda: _offsets_swapped()),
     ("offset_misaligned", "OFFSET_ALIGNMENT", "payload 1 starts 8 bytes after a 64 boundary",
      lambda: _offset_misaligned(base_mixed())),
     ("blob_trailing", "BLOB_SIZE", "64 zero bytes after the last padded payload",
