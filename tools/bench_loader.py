@@ -266,7 +266,7 @@ def bench_detfmt_loader(ds, label: str, args, stored: str, **kwargs) -> dict | N
                    threads=str(threads), rounds=args.rounds, seconds=args.seconds)
 
 
-def bench_ring_dataloader(ds, args, workers: int) -> dict | None:
+def bench_ring_dataloader(ds, args, workers: int, stored: str = "raw") -> dict | None:
     import detfmt.torch as dt
 
     def gen() -> Iterator[int]:
@@ -276,8 +276,8 @@ def bench_ring_dataloader(ds, args, workers: int) -> dict | None:
             for batch in loader:
                 yield len(batch)
 
-    return measure(f"detfmt RingDataLoader raw ({workers} workers, shared ring)", gen,
-                   group="detfmt", stored="raw", nbytes=du(ds.path), threads=f"{workers} proc",
+    return measure(f"detfmt RingDataLoader {stored} ({workers} workers, shared ring)", gen,
+                   group="detfmt", stored=stored, nbytes=du(ds.path), threads=f"{workers} proc",
                    rounds=args.rounds, seconds=args.seconds, warmup=4)
 
 
@@ -838,7 +838,7 @@ def main() -> None:
                             num_threads=2)
         tag("detfmt_jpeg_2")
         if "dataloader" not in skip:
-            bench_ring_dataloader(jpeg, args, 2)
+            bench_ring_dataloader(jpeg, args, 2, stored="jpeg q90")
             tag("ring_jpeg_2")
     if "zstd" not in skip:
         zstd = write("zstd")

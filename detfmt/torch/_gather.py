@@ -16,11 +16,18 @@ from typing import Any
 
 import numpy as np
 
+from detfmt._codecs import decode_into
 from detfmt.errors import UsageError
+
+try:  # libjpeg-turbo with the GIL released (the reader's codec module uses it too)
+    import simplejpeg
+except ImportError:  # pragma: no cover - depends on the platform's wheels
+    simplejpeg = None
 
 __all__ = ["Gatherer", "dataset_path"]
 
 CODEC_RAW = 0
+CODEC_JPEG = 2
 IO_MODES = ("mmap", "pread")
 
 
@@ -119,25 +126,60 @@ class Gatherer:
 
     def read_into(self, i: int, dst: np.ndarray) -> None:
         """One sample into ``dst`` (h, w, 3), possibly a strided view."""
-        if self.codecs[i] != CODEC_RAW:
-            self.ds.decode_into(i, dst)
+        codec = int(self.codecs[i])
+        if codec != CODEC_RAW:
+            payload = self._payload(i)
+            if codec == CODEC_JPEG and self._jpeg_into(payload, dst):
+                return
+            # the reader's decoder: exact checks, typed DecodeError naming the sample
+            decode_into(payload, codec, dst, path=str(self.blob_path), index=i)
         elif self.io == "pread" and dst.flags.c_contiguous:
             self._pread(i, dst)
         elif self.io == "pread":  # strided target: read into this thread's scratch, then copy
-            size = dst.size
-            scratch = getattr(self._local, "scratch", None)
-            if scratch is None or scratch.size < size:
-                scratch = self._local.scratch = np.empty(size, np.uint8)
-            tmp = scratch[:size].reshape(dst.shape)
+            tmp = self._scratch(dst.size).reshape(dst.shape)
             self._pread(i, tmp)
             np.copyto(dst, tmp)
         else:
             start = int(self.offsets[i])
             np.copyto(dst, self.blob[start : start + int(self.nbytes[i])].reshape(dst.shape))
 
+    def _scratch(self, size: int) -> np.ndarray:
+        """This thread's reusable byte buffer (a fresh one per sample would page-fault)."""
+        scratch = getattr(self._local, "scratch", None)
+        if scratch is None or scratch.size < size:
+            scratch = self._local.scratch = np.empty(size, np.uint8)
+        return scratch[:size]
+
+    def _payload(self, i: int) -> np.ndarray:
+        """The stored bytes of sample i: a view of the map, or (io="pread") read without faults."""
+        start, size = int(self.offsets[i]), int(self.nbytes[i])
+        if self.io != "pread":
+            return self.blob[start : start + size]
+        buf = getattr(self._local, "payload", None)
+        if buf is None or buf.size < size:
+            buf = self._local.payload = np.empty(max(size, 1 << 20), np.uint8)
+        self._pread(i, buf[:size])
+        return buf[:size]
+
+    def _jpeg_into(self, payload: np.ndarray, dst: np.ndarray) -> bool:
+        """libjpeg-turbo straight into the batch (or scratch); False lets the reader decide."""
+        if simplejpeg is None:
+            return False
+        try:
+            height, width = simplejpeg.decode_jpeg_header(payload)[:2]
+            if (height, width) != dst.shape[:2]:
+                return False
+            target = dst if dst.flags.c_contiguous else self._scratch(dst.size).reshape(dst.shape)
+            simplejpeg.decode_jpeg(payload, colorspace="RGB", buffer=target, strict=True)
+        except (ValueError, RuntimeError):
+            return False
+        if target is not dst:
+            np.copyto(dst, target)
+        return True
+
     def _pread(self, i: int, dst: np.ndarray) -> None:
         view = memoryview(dst).cast("B")
-        offset, total, done = int(self.offsets[i]), int(self.nbytes[i]), 0
+        offset, total, done = int(self.offsets[i]), min(int(self.nbytes[i]), dst.nbytes), 0
         while done < total:
             got = os.preadv(self.fd, [view[done:]], offset + done)
             if got <= 0:

@@ -11,7 +11,8 @@ import pytest
 import torch
 from conftest import sample_image, sample_labels, varied_shapes
 
-from detfmt.errors import UsageError
+import detfmt
+from detfmt.errors import DecodeError, UsageError
 from detfmt.order import epoch_permutation
 from detfmt.torch import Batch, Loader
 
@@ -105,10 +106,11 @@ def test_pread_matches_mmap(make_ds):
         check_batch(x, ds)
 
 
+@pytest.mark.parametrize("io", ["mmap", "pread"])
 @pytest.mark.parametrize("codec", ["zstd", "jpeg", "png"])
-def test_compressed_codecs(make_ds, codec):
+def test_compressed_codecs(make_ds, codec, io):
     ds = make_ds(varied_shapes(9), codec=codec)
-    for batch in Loader(ds, 4, num_threads=2):
+    for batch in Loader(ds, 4, num_threads=2, io=io):
         check_batch(batch, ds, exact=codec != "jpeg")
         for j, i in enumerate(batch.indices.tolist()):
             h, w = ds.image_shape(i)[:2]
@@ -275,3 +277,20 @@ def test_import_detfmt_does_not_import_torch():
 
     code = "import sys, detfmt, detfmt.order; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("io", ["mmap", "pread"])
+@pytest.mark.parametrize("codec", ["jpeg", "zstd"])
+def test_corrupt_payload_is_a_decode_error(make_ds, codec, io):
+    ds = make_ds(varied_shapes(6), codec=codec)
+    start, size = int(ds.index["offset"][3]), int(ds.index["nbytes"][3])
+    path = ds.path / "images.bin"
+    data = bytearray(path.read_bytes())
+    data[start + size // 3 : start + size] = b"\x00" * (size - size // 3)  # same size, bad bytes
+    path.write_bytes(bytes(data))
+    fresh = detfmt.open(ds.path)
+    with pytest.raises(DecodeError) as info:
+        for _ in Loader(fresh, 6, shuffle=False, io=io, num_threads=2):
+            pass
+    assert info.value.index == 3
+    assert not loader_threads()
