@@ -8,6 +8,8 @@ integer hashing plus one ``np.sort`` of uint64 keys (no argsort, no Python loop)
 Public API (kept small on purpose; the scale-out code builds on it):
 
 - ``epoch_permutation(seed, epoch, n)``: rule O-3, the uniformly shuffled order.
+- ``epoch_key(seed, epoch)``, ``splitmix64_stream(state, start, count)`` and
+  ``permutation_from_key(state, n)``: the building blocks (rules O-1 to O-3) for derived orders.
 - ``quasi_random_permutation(seed, epoch, n, block, window)``: rule O-4, blocks of consecutive
   samples shuffled together, so reads are near-sequential on a cold cache.
 - ``epoch_length(n, global_batch, world_size, drop_last)`` and
@@ -27,6 +29,7 @@ __all__ = [
     "epoch_permutation",
     "mix64",
     "padded_order",
+    "permutation_from_key",
     "quasi_random_permutation",
     "rank_slice",
     "splitmix64_stream",
@@ -103,7 +106,7 @@ def epoch_key(seed: int, epoch: int) -> int:
     return mix64(mix64(_u64(seed, "seed")) ^ _u64(epoch, "epoch"))
 
 
-def _permutation_from_key(key: int, n: int) -> np.ndarray:
+def permutation_from_key(key: int, n: int) -> np.ndarray:
     """Rule O-3 for a given stream state: sort 0..n-1 by (stream output >> b, index)."""
     if n == 0:
         return np.empty(0, dtype=np.int64)
@@ -117,12 +120,15 @@ def _permutation_from_key(key: int, n: int) -> np.ndarray:
     return keys.view(np.int64)
 
 
+_permutation_from_key = permutation_from_key  # the name detfmt.shard imported first
+
+
 def epoch_permutation(seed: int, epoch: int, n: int) -> np.ndarray:
     """The shuffled order of samples 0..n-1 for one epoch (rule O-3), as int64.
 
     A pure function of (seed, epoch, n); different epochs give independent permutations.
     """
-    return _permutation_from_key(epoch_key(seed, epoch), _check_n(n))
+    return permutation_from_key(epoch_key(seed, epoch), _check_n(n))
 
 
 def quasi_random_permutation(
@@ -146,7 +152,7 @@ def quasi_random_permutation(
     group = block * window
     ngroups = -(-nblocks // window)
     states = splitmix64_stream(key, 0, 1 + ngroups)
-    block_order = _permutation_from_key(int(states[0]), nblocks)
+    block_order = permutation_from_key(int(states[0]), nblocks)
     # virtual sequence v: the blocks in shuffled order, each padded to `block` entries
     virtual = (block_order[:, None] * block + np.arange(block, dtype=np.int64)).ravel()
     total = nblocks * block
