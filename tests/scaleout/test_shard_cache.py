@@ -116,6 +116,7 @@ def _fetch_in_child(args):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(120)
 def test_one_downloader_per_shard_per_node(tmp_path):
     remote, shards = make_remote(tmp_path, n=4, size=2_000_000)
     with mp.get_context("fork").Pool(4) as pool:

@@ -102,6 +102,7 @@ def root(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)  # forked ranks: a hang fails instead of blocking CI
 def test_same_global_sequence_for_world_1_2_4_and_resume(tmp_path, root):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import detfmt

@@ -66,6 +66,7 @@ def with_dask(root, scheduler):
     return commit(root, metas, write_id=WRITE_ID)
 
 
+@pytest.mark.timeout(120)
 def test_multiprocessing_equals_in_process(tmp_path):
     in_process(tmp_path / "a")
     with_multiprocessing(tmp_path / "b")

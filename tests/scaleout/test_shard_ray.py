@@ -18,7 +18,7 @@ pytest.importorskip("ray.data")
 
 from detfmt.ray import DetfmtDatasink, read_detfmt  # noqa: E402
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # a hang fails, not blocks CI
 
 PARTS, PER_PART, SHARD_BYTES = 3, 8, 2500  # ~1 KiB images: each partition rolls 3 shards
 WRITE_ID = "5" * 32
