@@ -112,6 +112,21 @@ class ShardedDataset(Sequence):
     def class_names(self) -> list[str]:
         return [c.name for c in self.schema.classes]
 
+    @property
+    def sizes(self) -> np.ndarray:
+        """(N, 2) int32 stored (height, width) of every image (opens every shard: for remote
+        roots that downloads them all)."""
+        parts = [self._entry(k) for k in range(len(self.shards))]
+        if not parts:
+            return np.zeros((0, 2), np.int32)
+        return np.concatenate([np.stack([e[1], e[2]], axis=1) for e in parts]).astype(np.int32)
+
+    @property
+    def counts(self) -> np.ndarray:
+        """(N,) int32 box count of every sample (opens every shard, like ``sizes``)."""
+        parts = [np.asarray(self.shard(k).counts) for k in range(len(self.shards))]
+        return np.concatenate(parts).astype(np.int32) if parts else np.zeros(0, np.int32)
+
     def locate(self, index: int) -> tuple[int, int]:
         """(shard number, local index) of global sample ``index`` (S-5)."""
         i = self._check_index(index)

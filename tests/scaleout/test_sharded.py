@@ -59,6 +59,8 @@ def test_reads_like_the_single_directory(pair):
     with pytest.raises(IndexError):
         ds.batch([0, 16])
     assert ds.image_shape(3) == ref.image_shape(3)
+    np.testing.assert_array_equal(ds.sizes, ref.sizes)
+    np.testing.assert_array_equal(ds.counts, ref.counts)
     out = np.zeros(ds.image_shape(9), np.uint8)
     ds.decode_into(9, out)
     np.testing.assert_array_equal(out, ref[9].image)
