@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from detfmt.errors import UsageError
-from detfmt.order import _permutation_from_key, epoch_key, splitmix64_stream
+from detfmt.order import epoch_key, permutation_from_key, splitmix64_stream
 
 __all__ = [
     "EpochPlan",
@@ -42,14 +42,14 @@ def epoch_order(
     firsts = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)[:-1]]) if counts else []
     nwin = -(-len(counts) // window)
     states = splitmix64_stream(epoch_key(seed, epoch), 0, 1 + nwin).tolist()
-    shard_perm = _permutation_from_key(states[0], len(counts))
+    shard_perm = permutation_from_key(states[0], len(counts))
     parts = []
     for w in range(nwin):
         members = shard_perm[w * window : (w + 1) * window]
         idx = np.concatenate(
             [np.arange(firsts[k], firsts[k] + counts[k], dtype=np.int64) for k in members]
         )
-        parts.append(idx[_permutation_from_key(states[w + 1], len(idx))])
+        parts.append(idx[permutation_from_key(states[w + 1], len(idx))])
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 

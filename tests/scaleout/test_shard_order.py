@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from detfmt.errors import UsageError
-from detfmt.order import _permutation_from_key, epoch_key, mix64, splitmix64_stream
+from detfmt.order import epoch_key, mix64, permutation_from_key, splitmix64_stream
 from detfmt.shard.order import EpochPlan, OrderState, epoch_order, num_steps, rank_batches
 
 COUNTS = [7, 0, 5, 12, 3, 9, 1, 8]
@@ -60,9 +60,9 @@ def test_uses_loader_prng():
     k = epoch_key(5, 2)
     states = splitmix64_stream(k, 0, 2).tolist()
     o = epoch_order([4, 6], seed=5, epoch=2, window=2)
-    shards = _permutation_from_key(states[0], 2).tolist()
+    shards = permutation_from_key(states[0], 2).tolist()
     lst = [i for s in shards for i in (range(0, 4) if s == 0 else range(4, 10))]
-    assert o.tolist() == [lst[t] for t in _permutation_from_key(states[1], 10).tolist()]
+    assert o.tolist() == [lst[t] for t in permutation_from_key(states[1], 10).tolist()]
 
 
 def test_window_locality():
