@@ -656,10 +656,10 @@ def test_16_bitflip_passes_open_and_fails_verify(codec: str, dataset: Callable[.
 @pytest.mark.parametrize("codec", rh.CODECS)
 def test_every_payload_byte_flip_is_named_by_verify(codec: str, tmp_path: Path) -> None:
     """Exhaustive: each byte of each payload flipped in turn; verify() names that sample."""
-    ds = rh.build_dataset(tmp_path / "tiny", n=3, seed=4, codec=codec, lo=4, hi=7)
+    ds = rh.build_dataset(tmp_path / "tiny", n=2, seed=4, codec=codec, lo=4, hi=7)
     out = rh.run_safe("op_flip_every_payload_byte", str(ds), timeout=60)
     assert out.kind == "ok", str(out)
-    assert out.value["flips"] > 50
+    assert out.value["flips"] > 40
     assert out.value["nmiss"] == 0, out.value
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import relharness as rh
 
+pytestmark = pytest.mark.slow
 
 def run_in_namespace(mountpoint: Path) -> dict | None:
     script = str(Path(rh.__file__).with_name("relwrite_child.py"))
