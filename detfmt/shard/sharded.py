@@ -171,21 +171,28 @@ class ShardedDataset(Sequence):
 
     def _open_shard(self, k: int) -> PackedDataset:
         info = self.shards[k]
-        if self._cache is not None:
-            path = self._cache.fetch(info)
-        else:
-            path = os.path.join(self.root, *info.path.split("/"))
-        try:
-            size = os.stat(path).st_size
-        except FileNotFoundError as error:
-            raise errors.LayoutError(
-                f"shard {info.path} is missing", rule="FILE_MISSING", path=path
-            ) from error
-        if size != info.bytes:
-            raise ShardChecksumError(
-                f"shard is {size} bytes, manifest says {info.bytes}", rule="SHARD_SIZE", path=path
-            )
-        ds = PackedDataset(path)
+        tries = 3 if self._cache is not None else 1
+        # another process on the node may evict a cached shard between fetch and open: re-fetch
+        for attempt in range(tries):
+            if self._cache is not None:
+                path = self._cache.fetch(info)
+            else:
+                path = os.path.join(self.root, *info.path.split("/"))
+            try:
+                size = os.stat(path).st_size
+                if size != info.bytes:
+                    raise ShardChecksumError(
+                        f"shard is {size} bytes, manifest says {info.bytes}",
+                        rule="SHARD_SIZE",
+                        path=path,
+                    )
+                ds = PackedDataset(path)
+                break
+            except (FileNotFoundError, errors.DatasetNotFoundError) as error:
+                if attempt == tries - 1:
+                    raise errors.LayoutError(
+                        f"shard {info.path} is missing", rule="FILE_MISSING", path=path
+                    ) from error
         self._check_schema(ds, k)
         return ds
 

@@ -128,3 +128,35 @@ def test_http_range_server(tmp_path, local_root):
         r = RemoteSampleReader(url)
         np.testing.assert_array_equal(r[20].image, local[20].image)
         ds.close()
+
+
+def _read_all(args):
+    url, cache_dir, limit = args
+    ds = detfmt.open(url, cache_dir=cache_dir, cache_limit=limit)
+    got = [
+        (b.indices.tolist(), int(b.images.astype(np.int64).sum()))
+        for b in ds.iter_batches(ds.plan(seed=5, epoch=1, batch_size=4, window=WINDOW))
+    ]
+    ds.close()
+    return got
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_two_processes_share_a_tiny_node_cache(tmp_path, local_root):
+    """Two readers on one node, a cache of one shard: they evict each other's files, re-fetch,
+    and both finish with the right data (no deadlock, no missing-file error)."""
+    import multiprocessing as mp
+
+    from scaleout_servers import http_range_server
+
+    local = detfmt.open(local_root)
+    want = [
+        (b.indices.tolist(), int(b.images.astype(np.int64).sum()))
+        for b in local.iter_batches(local.plan(seed=5, epoch=1, batch_size=4, window=WINDOW))
+    ]
+    with http_range_server(str(local_root)) as url:
+        args = (url, str(tmp_path / "cache"), 1)
+        with mp.get_context("fork").Pool(2) as pool:
+            results = pool.map(_read_all, [args, args])
+    assert results == [want, want]
