@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import torch.utils.data as tud
 
-from detfmt.errors import UsageError
+from detfmt.errors import DatasetChangedError, UsageError
 from detfmt.torch._gather import Gatherer, dataset_path
 from detfmt.torch._ring import BufferRing, Slot
 from detfmt.torch._schedule import EpochSchedule, default_quasi_block
@@ -57,11 +57,18 @@ class DetectionDataset(tud.Dataset):
     @property
     def ds(self) -> Any:
         if self._ds is None:
-            self._ds = _open(self.path)
+            ds = _open(self.path)
+            expected = getattr(self, "_generation", None)  # set when unpickled in a worker
+            if expected is not None and getattr(ds, "generation", None) != expected:
+                raise DatasetChangedError("the dataset was replaced after the main process "
+                                          "opened it; restart the loader", path=self.path)
+            self._ds = ds
         return self._ds
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"path": self.path, "layout": self.layout, "_len": self._len, "_ds": None}
+        # the files' identities travel with the path, so a worker never mixes two versions
+        return {"path": self.path, "layout": self.layout, "_len": self._len, "_ds": None,
+                "_generation": getattr(self.ds, "generation", None)}
 
     def __len__(self) -> int:
         return self._len

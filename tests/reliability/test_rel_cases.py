@@ -700,3 +700,21 @@ def test_30_pickled_reader_detects_replacement(dataset: Callable[..., Path]) -> 
         rh.build_dataset(ds_path, n=5, seed=9, overwrite=True)
         with pytest.raises(detfmt.DatasetChangedError):
             pickle.loads(blob)
+
+
+def test_30_torch_dataset_worker_detects_replacement(dataset: Callable[..., Path]) -> None:
+    """A DataLoader worker unpickles the torch dataset and re-opens the path: if the dataset was
+    replaced since the main process opened it, the worker must refuse, not mix versions."""
+    pytest.importorskip("torch")
+    import detfmt
+    from detfmt.torch.dataset import DetectionDataset
+
+    ds_path = dataset()
+    main = DetectionDataset(ds_path)
+    state = pickle.dumps(main)
+    worker_copy = pickle.loads(state)
+    assert worker_copy[0]["image"].shape[-1] == 3  # unchanged: the worker reads normally
+    rh.build_dataset(ds_path, n=5, seed=9, overwrite=True)
+    late_worker = pickle.loads(state)
+    with pytest.raises(detfmt.DatasetChangedError):
+        late_worker[0]
