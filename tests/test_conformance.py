@@ -16,6 +16,7 @@ sys.path.insert(0, str(REPO / "tools"))
 
 import make_conformance  # noqa: E402
 
+from conformance import spec_reader  # noqa: E402
 from conformance.dump import canonical_dump  # noqa: E402
 from conformance.runner import check_dump, load_cases, materialize  # noqa: E402
 from detfmt import DetfmtError  # noqa: E402
@@ -40,6 +41,19 @@ def test_invalid_case(case) -> None:
     with materialize(case) as path, pytest.raises(DetfmtError) as caught:
         canonical_dump(path)
     assert caught.value.rule == case.rule, str(caught.value)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"{case.kind}-{case.id}" for case in CASES])
+def test_spec_reader_agrees(case) -> None:
+    """The second reader, written from SPEC.md alone, passes every case too."""
+    with materialize(case) as path:
+        if case.kind == "valid":
+            dump = json.loads(json.dumps(spec_reader.dump(str(path))))
+            assert check_dump(dump, _expected(case)) == []
+        else:
+            with pytest.raises(spec_reader.Reject) as caught:
+                spec_reader.dump(str(path))
+            assert caught.value.rule == case.rule
 
 
 def test_goldens_are_what_the_generator_writes() -> None:
