@@ -306,8 +306,9 @@ def bench_detfmt_loader(ds, label: str, args, stored: str, **kwargs) -> dict | N
         finally:
             loader.close()
 
+    # warm-up: enough batches to allocate (and first-touch) the loader's whole buffer ring
     return measure(label, gen, group="detfmt", stored=stored, nbytes=du(ds.path),
-                   threads=str(threads), rounds=args.rounds, seconds=args.seconds)
+                   threads=str(threads), rounds=args.rounds, seconds=args.seconds, warmup=6)
 
 
 def bench_ring_dataloader(ds, args, workers: int, stored: str = "raw") -> dict | None:
