@@ -22,12 +22,14 @@ import xxhash
 import zstandard
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tools"))
 
 import conformance_payloads  # noqa: E402
 import gen_schema  # noqa: E402
 
 import detfmt  # noqa: E402
+from conformance import spec_reader  # noqa: E402
 from detfmt import spec  # noqa: E402
 
 SPEC_TEXT = (REPO / "SPEC.md").read_text(encoding="utf-8")
@@ -243,6 +245,7 @@ def test_writer_output_has_the_exact_form(tmp_path, codec) -> None:
     assert (boxes[padding].view(np.uint32) == 0).all() and (classes[padding] == -1).all()
     assert (crowd[padding] == 0).all() and header["max_boxes"] == counts.max()
     assert detfmt.verify(path).ok
+    spec_reader.dump(str(path))  # the SPEC-only reader accepts the writer's output (§17)
 
 
 def _snapshot(path: Path) -> list[tuple]:
