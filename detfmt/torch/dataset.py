@@ -120,11 +120,13 @@ def collate(samples: Sequence[dict[str, torch.Tensor]], pad_value: int = 0) -> B
 class _RingBatches(tud.Dataset):
     """Worker side: item (indices, slot id) -> gather into the shared slot, return labels only."""
 
-    def __init__(self, path: Path, slots: list[torch.Tensor], io: str, pad_value: int) -> None:
+    def __init__(self, path: Path, slots: list[torch.Tensor], io: str, pad_value: int,
+                 generation: Any = None) -> None:
         self.path = path
         self.slots = slots  # shared-memory tensors: pickled by handle, never by value
         self.io = io
         self.pad_value = pad_value
+        self.generation = generation  # the main process's file identities
         self._gather: Gatherer | None = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -138,7 +140,11 @@ class _RingBatches(tud.Dataset):
     def __getitem__(self, item: tuple[np.ndarray, int, tuple[int, int]]) -> tuple:
         indices, slot_id, (height, width) = item
         if self._gather is None:
-            self._gather = Gatherer(_open(self.path), io=self.io)
+            ds = _open(self.path)
+            if self.generation is not None and getattr(ds, "generation", None) != self.generation:
+                raise DatasetChangedError("the dataset was replaced after the loader opened it; "
+                                          "restart the loader", path=self.path)
+            self._gather = Gatherer(ds, io=self.io)
         shape = (len(indices), height, width, 3)
         if slot_id >= 0:
             target = self.slots[slot_id].numpy()[: int(np.prod(shape))].reshape(shape)
@@ -240,7 +246,8 @@ class RingDataLoader(EpochSchedule):
         """One DataLoader whose persistent workers (and their slot mappings) serve every epoch."""
         if self._loader is None:
             source = _RingBatches(
-                self.path, [slot.tensor for slot in self.ring.slots], self.io, self.pad_value
+                self.path, [slot.tensor for slot in self.ring.slots], self.io, self.pad_value,
+                getattr(self.gather.ds, "generation", None),
             )
             self._loader = tud.DataLoader(
                 source,

@@ -718,3 +718,21 @@ def test_30_torch_dataset_worker_detects_replacement(dataset: Callable[..., Path
     late_worker = pickle.loads(state)
     with pytest.raises(detfmt.DatasetChangedError):
         late_worker[0]
+
+
+def test_30_ring_loader_worker_detects_replacement(dataset: Callable[..., Path]) -> None:
+    """The same for RingDataLoader: its workers re-open the path when they start."""
+    pytest.importorskip("torch")
+    import detfmt
+    from detfmt.torch.dataset import RingDataLoader
+
+    ds_path = dataset()
+    loader = RingDataLoader(ds_path, batch_size=2, num_workers=1,
+                            multiprocessing_context="fork")
+    try:
+        rh.build_dataset(ds_path, n=5, seed=9, overwrite=True)
+        with pytest.raises(detfmt.DatasetChangedError):
+            for _ in loader:
+                pass
+    finally:
+        loader.close()
