@@ -23,37 +23,50 @@ _HSV_SHIFT = 12
 _HSV_HALF = 1 << (_HSV_SHIFT - 1)
 
 
+Planes = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+
+
 def rgb_to_hsv_opencv(rgb: torch.Tensor) -> torch.Tensor:
-    """(B, 3, H, W) RGB levels 0..255 -> OpenCV 8-bit HSV (H in [0, 180)), int32.
+    """(B, 3, H, W) RGB levels 0..255 -> OpenCV 8-bit HSV (H in [0, 180)), int32."""
+    return torch.stack(rgb_planes_to_hsv(*rgb.unbind(1)), dim=1)
+
+
+def hsv_to_rgb_opencv(hsv: torch.Tensor) -> torch.Tensor:
+    """OpenCV 8-bit HSV (B, 3, H, W) -> RGB levels as float32 integers."""
+    return torch.stack(hsv_planes_to_rgb(*hsv.to(torch.float32).unbind(1)), dim=1)
+
+
+def rgb_planes_to_hsv(r: torch.Tensor, g: torch.Tensor, b: torch.Tensor) -> Planes:
+    """RGB planes (levels 0..255) -> OpenCV 8-bit HSV planes (H in [0, 180)), int32.
 
     OpenCV's ``RGB2HSV_b`` fixed-point arithmetic: s = (diff * round((255 << 12) / v) + 2048)
     >> 12 and h = (h' * round((180 << 12) / (6 diff)) + 2048) >> 12, so results are exact.
     (The two reciprocals are exact in float32 for every level 1..255; checked exhaustively.)
     """
-    r, g, b = rgb.to(torch.int32).unbind(1)
+    r, g, b = (c.to(torch.int32) for c in (r, g, b))
     v = torch.maximum(torch.maximum(r, g), b)
     diff = v - torch.minimum(torch.minimum(r, g), b)
     sdiv = torch.round(float(255 << _HSV_SHIFT) / v.clamp(min=1)).to(torch.int32)
     s = (diff * sdiv + _HSV_HALF) >> _HSV_SHIFT  # v == 0 implies diff == 0
     hdiv = torch.round(float((180 << _HSV_SHIFT) // 6) / diff.clamp(min=1)).to(torch.int32)
     h = torch.where(v == r, g - b, torch.where(v == g, b - r + 2 * diff, r - g + 4 * diff))
-    h = torch.remainder((h * hdiv + _HSV_HALF) >> _HSV_SHIFT, 180)  # diff == 0 gives h == 0
-    return torch.stack([h, s, v], dim=1)
+    h = (h * hdiv + _HSV_HALF) >> _HSV_SHIFT  # in [-30, 150]; diff == 0 gives h == 0
+    h = torch.where(h < 0, h + 180, h)  # (no integer division: it does not vectorise)
+    return h, s, v
 
 
-def hsv_to_rgb_opencv(hsv: torch.Tensor) -> torch.Tensor:
-    """OpenCV 8-bit HSV -> RGB levels as float32 integers (``HSV2RGB_b``'s SIMD path).
+def hsv_planes_to_rgb(h: torch.Tensor, s: torch.Tensor, v: torch.Tensor) -> Planes:
+    """OpenCV 8-bit HSV float32 planes -> RGB planes, float32 integers (``HSV2RGB_b``).
 
     Same float32 steps as OpenCV: s, v scaled by 1/255, sector from trunc(h * 6/180), the
     four-entry table, then ``trunc(x * 255)`` (OpenCV's vector path truncates).
     """
-    h, s, v = hsv.to(torch.float32).unbind(1)
     s = s * (1.0 / 255.0)
     v = v * (1.0 / 255.0)
     h = h * (6.0 / 180.0)
-    pre = torch.trunc(h)
+    pre = torch.floor(h)  # trunc in OpenCV; equal for h >= 0, and floor vectorises
     f = h - pre
-    sector = pre - torch.trunc(pre * (1.0 / 6.0)) * 6.0
+    sector = pre - torch.floor(pre * (1.0 / 6.0)) * 6.0
     tab0 = v
     tab1 = v * (1.0 - s)
     tab2 = v * (1.0 - s * f)
@@ -71,7 +84,7 @@ def hsv_to_rgb_opencv(hsv: torch.Tensor) -> torch.Tensor:
     b = torch.where(
         sector < 2, tab1, torch.where(sector < 3, tab3, torch.where(sector < 5, tab0, tab2))
     )
-    return torch.trunc(torch.stack([r, g, b], dim=1) * 255.0).clamp_(0.0, 255.0)
+    return tuple(torch.floor(c * 255.0).clamp_(0.0, 255.0) for c in (r, g, b))  # type: ignore[return-value]
 
 
 def _to_255(images: torch.Tensor) -> torch.Tensor:
@@ -96,19 +109,23 @@ def apply_hsv_gains(images: torch.Tensor, gains: torch.Tensor) -> torch.Tensor:
     lands within 1e-6 of an integer may differ by one level).
     """
     # The LUTs are defined on uint8 levels; float images are quantised to them first.
-    rgb = images if images.dtype == torch.uint8 else (images.to(torch.float32) * 255.0).round_()
-    h, s, v = rgb_to_hsv_opencv(rgb).unbind(1)
+    if images.dtype == torch.uint8:
+        rgb = images.contiguous()  # planar, so every plane below is contiguous
+    else:
+        rgb = (images.to(torch.float32) * 255.0).round_()
+    h, s, v = rgb_planes_to_hsv(*rgb.unbind(1))
     gains = gains.to(device=images.device, dtype=torch.float64)
     shift = torch.floor(gains[:, 0] * 180.0).to(torch.int32)[:, None, None]
     sat = (1.0 + gains[:, 1]).to(torch.float32)[:, None, None]
     val = (1.0 + gains[:, 2]).to(torch.float32)[:, None, None]
-    h = torch.remainder(h + shift, 180)
+    h = h + shift  # in (-180, 360): wrap without integer division
+    h = torch.where(h < 0, h + 180, torch.where(h >= 180, h - 180, h))
     s = torch.floor(torch.clamp(s * sat, 0.0, 255.0))
     v = torch.floor(torch.clamp(v * val, 0.0, 255.0))
-    out = hsv_to_rgb_opencv(torch.stack([h.to(torch.float32), s, v], dim=1))
+    planes = hsv_planes_to_rgb(h.to(torch.float32), s, v)
     if images.dtype == torch.uint8:
-        return out.to(torch.uint8)  # already integral and in [0, 255]
-    return (out / 255.0).to(images.dtype)
+        return torch.stack([p.to(torch.uint8) for p in planes], dim=1)  # integral, in range
+    return (torch.stack(planes, dim=1) / 255.0).to(images.dtype)
 
 
 class RandomHSV(Augmentation):
