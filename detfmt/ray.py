@@ -33,6 +33,7 @@ from detfmt.shard.write import (
     ShardMeta,
     commit,
     gc,
+    is_url,
     write_partition,
 )
 
@@ -50,12 +51,13 @@ class DetfmtDatasink(Datasink):
     """Write a Ray Dataset of samples (``image``, ``boxes``, ``classes``, ...) as a 1.1 root.
 
     Args:
-        root: local (or shared-filesystem) directory of the sharded dataset.
+        root: directory (local or shared filesystem) or fsspec URL (``s3://...``) of the root.
         classes: class names / ClassInfo, as for `detfmt.write`.
         shard_bytes: target shard size, estimated from the input rows (default 128 MiB).
         write_id: manifest write id (default: a new uuid4 hex per write).
         to_sample: optional function row -> sample mapping (default: the row itself).
         metadata: manifest metadata.
+        storage_options: fsspec options for a URL root (credentials, endpoint).
         write_options: `detfmt.write` options (codec, max_side, fixed_size, clip, box_fields...).
     """
 
@@ -68,9 +70,12 @@ class DetfmtDatasink(Datasink):
         write_id: str | None = None,
         to_sample: Callable[[dict[str, Any]], Mapping[str, Any]] | None = None,
         metadata: Mapping[str, str] | None = None,
+        storage_options: Mapping[str, Any] | None = None,
         **write_options: Any,
     ) -> None:
-        self.root = os.path.abspath(os.fspath(root))
+        text = os.fspath(root)
+        self.root = text if is_url(text) else os.path.abspath(text)
+        self.storage_options = dict(storage_options or {})
         self.classes = list(classes)
         self.shard_bytes = shard_bytes
         self.write_id = write_id
@@ -98,9 +103,10 @@ class DetfmtDatasink(Datasink):
             missing = [c for c in _REQUIRED_COLUMNS if c not in names]
             if missing:
                 raise errors.UsageError(f"input rows lack columns {missing}", rule="SCHEMA")
-        if os.path.exists(os.path.join(self.root, "header.json")):
-            raise errors.TargetExistsError("root holds a 1.0 dataset", path=self.root)
-        os.makedirs(os.path.join(self.root, "shards"), exist_ok=True)
+        if not is_url(self.root):
+            if os.path.exists(os.path.join(self.root, "header.json")):
+                raise errors.TargetExistsError("root holds a 1.0 dataset", path=self.root)
+            os.makedirs(os.path.join(self.root, "shards"), exist_ok=True)
         if self.write_id is None:
             self.write_id = uuid.uuid4().hex
 
@@ -116,7 +122,13 @@ class DetfmtDatasink(Datasink):
                 f"{rows_in}, shards hold {rows_out}; refusing to commit",
                 path=self.root,
             )
-        self.manifest = commit(self.root, metas, write_id=self.write_id, metadata=self.metadata)
+        self.manifest = commit(
+            self.root,
+            metas,
+            write_id=self.write_id,
+            metadata=self.metadata,
+            storage_options=self.storage_options,
+        )
 
     def on_write_failed(self, error: Exception) -> None:
         """Remove shards and temporaries no manifest lists (the previous manifest stays valid).
@@ -124,7 +136,7 @@ class DetfmtDatasink(Datasink):
         Best effort: a cleanup problem must never hide the error that failed the write.
         """
         try:
-            gc(self.root, grace_seconds=0)
+            gc(self.root, grace_seconds=0, storage_options=self.storage_options)
         except Exception as cleanup_error:
             warnings.warn(
                 f"detfmt: cleanup after a failed write failed: {cleanup_error}", stacklevel=2
@@ -147,6 +159,7 @@ class DetfmtDatasink(Datasink):
             int(ctx.task_idx),
             classes=self.classes,
             shard_bytes=self.shard_bytes,
+            storage_options=self.storage_options or None,
             **self.write_options,
         )
         return {"rows": rows, "shards": [msgspec.to_builtins(m) for m in metas]}

@@ -31,6 +31,8 @@ from detfmt.shard.manifest import (
     Manifest,
     Schema,
     ShardInfo,
+    check_manifest,
+    encode_manifest,
     fsync_dir,
     publish_manifest,
     read_manifest,
@@ -63,6 +65,19 @@ class ShardMeta(msgspec.Struct, frozen=True, kw_only=True):
     xxh3_64: str
     max_boxes: int
     schema: Schema
+
+
+def is_url(root: str | os.PathLike[str]) -> bool:
+    """Remote roots are fsspec URLs (``s3://``, ``gs://``, ``http://``...); ``file://`` is local."""
+    text = os.fspath(root)
+    return "://" in text and not text.startswith("file://")
+
+
+def _remote(root: str, storage_options: Mapping[str, Any] | None) -> tuple[Any, str]:
+    import fsspec  # the scale extra; only remote roots need it
+
+    fs, base = fsspec.core.url_to_fs(root, **(storage_options or {}))
+    return fs, base.rstrip("/")
 
 
 def shard_path(key: str) -> str:
@@ -104,6 +119,7 @@ def write_shard(
     *,
     classes: Sequence[Any],
     codec: str = "raw",
+    storage_options: Mapping[str, Any] | None = None,
     **write_options: Any,
 ) -> ShardMeta:
     """Write one shard (a packed 1.0 dataset) at ``<root>/shards/part-<key>.detfmt``.
@@ -112,6 +128,8 @@ def write_shard(
     (``max_side``, ``fixed_size``, ``clip``, ``box_fields``, ``jpeg_quality``, ``zstd_level``,
     ``metadata``). The file appears complete or not at all; a retry with the same key and samples
     writes the same bytes to the same name (S-13, S-14). Nothing is published until `commit`.
+    ``root`` may be an fsspec URL (``storage_options`` apply): the shard is built in the local
+    temp directory and uploaded with one PUT.
     """
     from detfmt.writer import write  # the writer pulls in the image stack; keep it lazy
 
@@ -119,13 +137,18 @@ def write_shard(
     for bad in ("overwrite", "workers", "progress"):
         if bad in write_options:
             raise errors.UsageError(f"write_shard does not take {bad!r}")
-    shards_dir = os.path.join(os.fspath(root), SHARD_DIR)
+    remote = is_url(root)
+    if remote:  # build locally, then one PUT: object stores make it appear whole or not at all
+        shards_dir = tempfile.gettempdir()
+        final = f"{os.fspath(root).rstrip('/')}/{rel}"
+    else:
+        shards_dir = os.path.join(os.fspath(root), SHARD_DIR)
+        final = os.path.join(os.fspath(root), rel)
     try:
         os.makedirs(shards_dir, exist_ok=True)
         work = tempfile.mkdtemp(prefix=f".tmp-{key}-", dir=shards_dir)
     except OSError as error:
         raise errors.WriteError(f"cannot create {shards_dir}: {error}", path=shards_dir) from error
-    final = os.path.join(os.fspath(root), rel)
     try:
         src = os.path.join(work, "ds")
         write(samples, src, classes=classes, codec=codec, progress=False, **write_options)
@@ -137,9 +160,14 @@ def write_shard(
             out = _HashingWriter(f)
             pack_directory(src, out)  # type: ignore[arg-type]
             f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, final)
-        fsync_dir(shards_dir)
+            if not remote:
+                os.fsync(f.fileno())
+        if remote:
+            fs, base = _remote(os.fspath(root), storage_options)
+            fs.put_file(tmp, f"{base}/{rel}")
+        else:
+            os.replace(tmp, final)
+            fsync_dir(shards_dir)
     except OSError as error:
         raise errors.WriteError(f"writing shard {key!r} failed: {error}", path=final) from error
     finally:
@@ -233,19 +261,37 @@ def commit(
     write_id: str | None = None,
     metadata: Mapping[str, str] | None = None,
     schema: Schema | None = None,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> Manifest:
     """Publish the manifest listing ``metas`` (sorted by key), atomically (S-15).
 
     Each shard file must exist with the size its meta reports. Shards from earlier manifests or
-    failed attempts that are not listed stay on disk until `gc` removes them.
+    failed attempts that are not listed stay on disk until `gc` removes them. For a URL root the
+    manifest is one PUT (atomic on object stores), after every shard was checked to exist.
     """
     root = os.fspath(root)
+    if is_url(root):
+        fs, base = _remote(root, storage_options)
+
+        def exists(rel: str) -> bool:
+            return bool(fs.exists(f"{base}/{rel}"))
+
+        def size_of(rel: str) -> int:
+            return int(fs.info(f"{base}/{rel}")["size"])
+    else:
+
+        def exists(rel: str) -> bool:
+            return os.path.exists(os.path.join(root, rel))
+
+        def size_of(rel: str) -> int:
+            return os.stat(os.path.join(root, rel)).st_size
+
     metas = [m if isinstance(m, ShardMeta) else msgspec.convert(m, ShardMeta) for m in metas]
     metas.sort(key=lambda m: m.key.encode())
     keys = [m.key for m in metas]
     if len(set(keys)) != len(keys):
         raise errors.UsageError("two shards share a key", rule="SHARD_KEY")
-    if os.path.exists(os.path.join(root, "header.json")):
+    if exists("header.json"):
         raise errors.TargetExistsError("root holds a 1.0 dataset (header.json)", path=root)
     if not metas and schema is None:
         raise errors.UsageError("commit of zero shards needs an explicit schema")
@@ -253,7 +299,7 @@ def commit(
         if shard_path(m.key) != m.path:
             raise errors.UsageError(f"shard {m.key!r} path {m.path!r} does not match its key")
         try:
-            size = os.stat(os.path.join(root, m.path)).st_size
+            size = size_of(m.path)
         except FileNotFoundError as error:
             raise errors.WriteError(f"shard {m.path} is missing", path=root) from error
         if size != m.bytes:
@@ -288,19 +334,29 @@ def commit(
         metadata=dict(metadata or {}),
     )
     try:
-        publish_manifest(root, manifest)
+        if is_url(root):
+            fs.pipe_file(f"{base}/{MANIFEST_NAME}", encode_manifest(check_manifest(manifest)))
+        else:
+            publish_manifest(root, manifest)
     except OSError as error:
         raise errors.WriteError(f"cannot publish the manifest: {error}", path=root) from error
     return manifest
 
 
-def gc(root: str | os.PathLike[str], *, grace_seconds: float = 3600.0) -> list[str]:
+def gc(
+    root: str | os.PathLike[str],
+    *,
+    grace_seconds: float = 3600.0,
+    storage_options: Mapping[str, Any] | None = None,
+) -> list[str]:
     """Delete shard files and temporaries the manifest does not name, older than the grace (S-16).
 
     Returns the removed paths. Without a manifest nothing is published, so everything older than
     the grace period under ``shards/`` is an orphan.
     """
     root = os.fspath(root)
+    if is_url(root):
+        return _gc_remote(root, grace_seconds, storage_options)
     if not os.path.isdir(root):
         return []
     try:
@@ -329,4 +385,35 @@ def gc(root: str | os.PathLike[str], *, grace_seconds: float = 3600.0) -> list[s
                 if now - entry.stat().st_mtime >= grace_seconds:
                     os.unlink(entry.path)
                     removed.append(entry.path)
+    return sorted(removed)
+
+
+def _gc_remote(
+    root: str, grace_seconds: float, storage_options: Mapping[str, Any] | None
+) -> list[str]:
+    """`gc` for a URL root: delete unlisted objects under ``shards/`` older than the grace."""
+    from detfmt.shard.manifest import decode_manifest
+
+    fs, base = _remote(root, storage_options)
+    try:
+        listed = {s.path for s in decode_manifest(fs.cat_file(f"{base}/{MANIFEST_NAME}")).shards}
+    except FileNotFoundError:
+        listed = set()
+    try:
+        entries = fs.ls(f"{base}/{SHARD_DIR}", detail=True)
+    except FileNotFoundError:
+        return []
+    removed = []
+    now = time.time()
+    for entry in entries:
+        name = entry["name"].rstrip("/")
+        if f"{SHARD_DIR}/{name.rsplit('/', 1)[-1]}" in listed:
+            continue
+        try:
+            age = now - fs.modified(name).timestamp()
+        except (NotImplementedError, FileNotFoundError, OSError):
+            age = float("inf") if grace_seconds <= 0 else 0.0
+        if age >= grace_seconds:
+            fs.rm(name, recursive=entry.get("type") == "directory")
+            removed.append(name)
     return sorted(removed)

@@ -147,3 +147,20 @@ def test_on_write_start_validates_before_any_task(tmp_path, ray_session):
     with pytest.raises(Exception, match="codec"):
         ds.write_datasink(DetfmtDatasink(tmp_path / "b", classes=CLASSES, codec="webp"))
     assert not (tmp_path / "b" / "shards").exists()
+
+
+def test_datasink_writes_straight_to_s3(tmp_path, ray_session, samples, monkeypatch):
+    s3fs = pytest.importorskip("s3fs")
+    pytest.importorskip("moto")
+    from scaleout_servers import moto_s3
+
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    with moto_s3() as endpoint:
+        opts = {"key": "k", "secret": "s", "client_kwargs": {"endpoint_url": endpoint}}
+        fs = s3fs.S3FileSystem(**opts)
+        fs.call_s3("create_bucket", Bucket="bkt")
+        ray_write("s3://bkt/ds", samples, storage_options=opts)
+        ref = reference(tmp_path, samples)
+        assert fs.cat_file("bkt/ds/manifest.json") == (ref / "manifest.json").read_bytes()
+        ds = detfmt.open("s3://bkt/ds", storage_options=opts, cache_dir=tmp_path / "cache")
+        np.testing.assert_array_equal(ds[5].image, samples[5]["image"])
