@@ -103,6 +103,8 @@ def test_fail_every_nth_call(err: str, mode: str, tmp_path: Path,
             assert rh.temp_leftovers(parent) == [], f"{where}: cleanup left a temporary"
     else:
         pytest.fail(f"the write never completed within {MAX_CALLS} calls")
+    print(f"fault injection {err} {mode}: failed each of calls 1..{n - 1}, "
+          f"{seen_post_commit} of them after the switch; call {n} not reached: write completed")
     assert n > 20, f"suspiciously few I/O calls ({n}): is the writer routed through _io?"
     assert seen_post_commit >= 1, "no failure was injected after the publishing rename"
 
