@@ -572,6 +572,7 @@ def cleanup(directory: str | os.PathLike[str]) -> list[Path]:
     root = Path(directory)
     for entry in sorted(root.glob(_io.TEMP_PREFIX + "*")):
         name = entry.name[len(_io.TEMP_PREFIX):]
+        name = name.removesuffix("-old")  # the two-rename fallback parks the old dataset there
         target_name = name.rsplit("-", 2)[0] if name.count("-") >= 2 else name
         target = root / target_name
         try:

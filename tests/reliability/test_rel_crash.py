@@ -69,3 +69,22 @@ def test_two_writers_one_path(overwrite: bool, tmp_path: Path, worker30: rh.Safe
     summary = report.summary()
     print("race:", json.dumps(summary), [it.get("loser_rules") for it in report.iterations])
     assert not report.problems, report.problems
+
+
+@pytest.mark.parametrize("suffix", ["", "-old"])
+def test_cleanup_keeps_a_live_writers_temporaries(suffix: str, tmp_path: Path) -> None:
+    """A writer that is still running (it holds the target's lock) keeps its temporary
+    directory, including the '-old' copy the two-rename fallback parks the old dataset in."""
+    import detfmt
+    from detfmt import _io
+
+    leftover = tmp_path / f".detfmt-tmp-my-ds-{12345}-cafe0123{suffix}"
+    leftover.mkdir()
+    fd = _io.lock_target(tmp_path / "my-ds")
+    try:
+        assert detfmt.cleanup(tmp_path) == []
+        assert leftover.exists()
+    finally:
+        _io.unlock(fd)
+    assert detfmt.cleanup(tmp_path) == [leftover]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".my-ds.detfmt-lock"]
