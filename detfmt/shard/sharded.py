@@ -23,6 +23,7 @@ from detfmt.shard.errors import SchemaMismatchError, ShardChecksumError
 from detfmt.shard.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, Manifest, decode_manifest
 from detfmt.shard.order import EpochPlan, OrderState
 from detfmt.shard.packed import PackedDataset
+from detfmt.shard.write import is_url
 
 __all__ = ["ShardedDataset", "is_sharded", "open_sharded"]
 
@@ -30,7 +31,7 @@ __all__ = ["ShardedDataset", "is_sharded", "open_sharded"]
 def is_sharded(path: str | os.PathLike[str]) -> bool:
     """True for a remote URL or a local directory holding manifest.json (S-1)."""
     text = os.fspath(path)
-    if "://" in text:
+    if is_url(text):
         return True
     return os.path.isfile(os.path.join(text, MANIFEST_NAME))
 
@@ -64,7 +65,7 @@ class ShardedDataset(Sequence):
             cache_limit=cache_limit,
             max_open=max_open,
         )
-        self.remote = "://" in self.root and not self.root.startswith("file://")
+        self.remote = is_url(self.root)
         self._cache = None
         if self.remote:
             import fsspec  # an extra: only remote roots need it
@@ -101,7 +102,6 @@ class ShardedDataset(Sequence):
         self._counts = np.array([s.num_samples for s in self.shards], dtype=np.int64)
         self._open: OrderedDict[int, tuple] = OrderedDict()
         self._lock = threading.Lock()
-        self._plan_shards: list[int] = []
 
     # ------------------------------------------------------------------ shards
 
