@@ -214,3 +214,26 @@ def test_mixed_codecs_across_shards(tmp_path, parts):
     assert (a.schema.codec, b.schema.codec, m.schema.codec) == ("raw", "png", "mixed")
     ds = detfmt.open(tmp_path)
     np.testing.assert_array_equal(ds[6].image, parts[2][1]["image"])
+
+
+def test_verify_sharded_root(tmp_path, parts):
+    from detfmt.shard.verify import verify_sharded
+
+    m = write_partitioned(tmp_path, parts, codec="zstd")
+    report = detfmt.verify(tmp_path)  # dispatches to the sharded verifier
+    assert report.ok and report.num_samples == 16
+    # flip one payload byte inside shard 2: the shard hash and the sample checksum both catch it
+    shard = m.shards[2]
+    ds = detfmt.open(tmp_path).shard(2)
+    blob = ds.toc.get("images.bin")
+    pos = blob.offset + int(ds.index["offset"][3]) + 5
+    data = bytearray((tmp_path / shard.path).read_bytes())
+    data[pos] ^= 0xFF
+    (tmp_path / shard.path).write_bytes(bytes(data))
+    report = verify_sharded(tmp_path, raise_on_error=False)
+    rules = {v.rule for v in report.violations}
+    assert {"SHARD_CHECKSUM", "CHECKSUM", "FILE_CHECKSUM"} <= rules
+    bad = next(v for v in report.violations if v.rule == "CHECKSUM")
+    assert bad.index == 3 and shard.path in bad.path
+    with pytest.raises(ShardChecksumError):
+        detfmt.verify(tmp_path)
