@@ -55,6 +55,10 @@ def verify(path: str | os.PathLike[str], *, raise_on_error: bool = True,
             list attached as ``error.violations``.
     """
     root = Path(path)
+    if not os.path.lexists(root / spec.HEADER_FILE) and (root / "manifest.json").is_file():
+        from detfmt.shard.verify import verify_sharded  # a 1.1 sharded root
+
+        return verify_sharded(root, raise_on_error=raise_on_error)
     report = VerifyReport(path=root)
     try:
         dataset = Dataset(root, max_header_bytes=max_header_bytes)
