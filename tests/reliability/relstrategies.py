@@ -85,3 +85,40 @@ def apply_mutation(ds: Path, mutation: dict[str, Any]) -> None:
     # e.g. set_int on an npy file that an earlier mutation already broke
     with contextlib.suppress(*MUTATION_MISFIT):
         relharness.mutate(ds, mutation["file"], mutation["op"], **mutation["params"])
+
+
+JSON_SCALARS = (st.none() | st.booleans() | st.integers(-(2**70), 2**70)
+                | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=12))
+JSON_VALUES = st.recursive(
+    JSON_SCALARS,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner,
+                                                                 max_size=3),
+    max_leaves=8,
+)
+HEADER_PATHS = ("format", "version", "num_samples", "max_boxes", "classes", "classes/0",
+                "classes/0/name", "classes/0/source_id", "image", "image/fixed_shape",
+                "image/max_side", "image/codecs", "files", "files/images.bin",
+                "files/images.bin/xxh3_64", "arrays", "arrays/index.npy/dtype",
+                "arrays/boxes.npy/shape", "box_fields", "box_fields/0/name",
+                "box_fields/0/dtype", "image_fields", "required_features", "extensions",
+                "writer", "metadata")
+
+
+def set_json_path(header: dict[str, Any], path: str, value: Any) -> None:
+    """Replace the value at ``path`` ("a/b/0") in a decoded header, creating dict levels."""
+    node: Any = header
+    keys = path.split("/")
+    for key in keys[:-1]:
+        if isinstance(node, list):
+            if not node:
+                return
+            node = node[int(key) % len(node)]
+        elif isinstance(node, dict):
+            node = node.setdefault(key, {})
+        else:
+            return
+    last = keys[-1]
+    if isinstance(node, list) and node:
+        node[int(last) % len(node)] = value
+    elif isinstance(node, dict):
+        node[last] = value

@@ -69,3 +69,21 @@ def test_every_file_every_op(data: st.DataObject, base_datasets: dict[str, Path]
         m = data.draw(relstrategies.st_mutation([file], sizes), label=file)
         relstrategies.apply_mutation(ds, m)
         check_property(worker.call("op_check_all", str(ds)), original.value, m)
+
+
+@relstrategies.FUZZ_SETTINGS
+@given(path=st.sampled_from(relstrategies.HEADER_PATHS), value=relstrategies.JSON_VALUES)
+def test_any_json_value_in_any_header_key(path: str, value: Any, base_datasets: dict[str, Path],
+                                          worker: relharness.SafeWorker,
+                                          tmp_path: Path) -> None:
+    """Arbitrary JSON (nested, huge ints, wrong types) at any header key: a typed error or,
+    if the header still describes the same data, the same content."""
+    base = base_datasets["raw"]
+    original = worker.call("op_open_iterate", str(base))
+    ds = tmp_path / "ds"
+    shutil.rmtree(ds, ignore_errors=True)
+    shutil.copytree(base, ds)
+    header = relharness.read_header(ds)
+    relstrategies.set_json_path(header, path, value)
+    relharness.write_header(ds, header)
+    check_property(worker.call("op_check_all", str(ds)), original.value, (path, value))
