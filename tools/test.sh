@@ -7,6 +7,8 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 # torch is pinned here (the CPU build on this machine's disk); the package itself asks for a range.
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,torch]' torch==2.13.0
+# The scale extra (Ray, Dask, fsspec/s3fs, moto) and OpenCV (augmentation parity) are test-only.
+.venv/bin/python -m pip install -q --disable-pip-version-check \
+  -e '.[test,torch,scale,augment-test]' torch==2.13.0
 .venv/bin/python -m ruff check .
 exec .venv/bin/python -m pytest -q "$@"
