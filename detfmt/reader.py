@@ -123,8 +123,8 @@ def _read_header(directory_fd: int, root: Path, max_header_bytes: int) -> tuple[
                                      f"{max_header_bytes}", rule="HEADER_TOO_LARGE", path=path)
         data = os.read(fd, info.st_size + 1)
         if len(data) != info.st_size:
-            raise errors.HeaderError("header changed while being read", rule="HEADER_TOO_LARGE",
-                                     path=path)
+            raise errors.DatasetChangedError("header.json changed size while being read",
+                                             path=path)
         return data, (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
     finally:
         os.close(fd)

@@ -25,7 +25,7 @@ __all__ = [
 NonNegative = Annotated[int, msgspec.Meta(ge=0)]
 Side = Annotated[int, msgspec.Meta(ge=1, le=spec.MAX_SIDE)]
 HexDigest = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{16}$")]
-ClassName = Annotated[str, msgspec.Meta(min_length=1, max_length=spec.MAX_CLASS_NAME_BYTES)]
+ClassName = Annotated[str, msgspec.Meta(min_length=1, max_length=spec.MAX_CLASS_NAME_CHARS)]
 
 
 class ClassInfo(msgspec.Struct, frozen=True, kw_only=True):

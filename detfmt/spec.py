@@ -32,7 +32,7 @@ MAX_SAMPLES = 1 << 40
 MAX_BOXES = 1 << 16  # M, boxes per image
 MAX_CLASSES = 1 << 16
 MAX_SIDE = 16384  # stored height and width
-MAX_CLASS_NAME_BYTES = 256
+MAX_CLASS_NAME_CHARS = 256  # characters (code points), as JSON Schema maxLength counts
 MAX_METADATA_ITEMS = 1024
 MAX_METADATA_BYTES = 64 * 1024
 

@@ -173,7 +173,7 @@ def test_limits_in_the_spec_match_the_code() -> None:
     assert spec.MAX_SAMPLES == 1 << 40 and "`2^40`" in table
     assert f"| {spec.MAX_BOXES} |" in table and f"| {spec.MAX_CLASSES} |" in table
     assert f"`1 .. {spec.MAX_SIDE}`" in table
-    assert f"{spec.MAX_CLASS_NAME_BYTES} characters" in table
+    assert f"{spec.MAX_CLASS_NAME_CHARS} characters" in table
     assert f"{spec.MAX_METADATA_ITEMS} members, {spec.MAX_METADATA_BYTES} characters" in table
     assert f"| {spec.MAX_STRING_BYTES} bytes |" in table
     assert _codecs.MAX_ZSTD_WINDOW == 1 << 27 and "2^27 bytes" in table
