@@ -78,6 +78,8 @@ class Mosaic(Augmentation):
     needs the same buffer contents.
     """
 
+    _force_gather = False  # tests: use the static-shape gather on CPU too
+
     def __init__(
         self,
         *,
@@ -106,21 +108,20 @@ class Mosaic(Augmentation):
             "apply": rnd.bernoulli(g, (bsz,), self.p, dev),
         }
 
-    def _gather(self, batch: Batch, tiles: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """Images (B, 4, H, W, 3), boxes, classes, mask (B, 4, M, ...), sizes (B, 4, 2)."""
+    def _gather(
+        self, batch: Batch, tiles: torch.Tensor, with_images: bool
+    ) -> tuple[torch.Tensor, ...]:
+        """[images (B, 4, H, W, 3),] boxes, classes, mask (B, 4, M, ...), sizes (B, 4, 2)."""
         sizes = _content_sizes(batch)
-        hwc = batch.images.permute(0, 2, 3, 1)
-        fields = [hwc, batch.boxes, batch.classes, batch.mask, sizes]
+        fields = [batch.boxes, batch.classes, batch.mask, sizes]
+        if with_images:
+            fields.insert(0, batch.images.permute(0, 2, 3, 1))
         if self.buffer is not None and self.buffer.filled > 0:
             buf = self.buffer
             n = buf.filled
-            extra = [
-                buf.images[:n].permute(0, 2, 3, 1),
-                buf.boxes[:n],
-                buf.classes[:n],
-                buf.mask[:n],
-                buf.sizes[:n],
-            ]
+            extra = [buf.boxes[:n], buf.classes[:n], buf.mask[:n], buf.sizes[:n]]
+            if with_images:
+                extra.insert(0, buf.images[:n].permute(0, 2, 3, 1))
             in_batch = tiles < len(batch)
             local = tiles.clamp(max=len(batch) - 1)
             remote = (tiles - len(batch)).clamp(min=0)
@@ -134,7 +135,15 @@ class Mosaic(Augmentation):
     def apply(self, batch: Batch, params: Params) -> Batch:
         height, width = image_hw(batch.images)
         tiles, center, chosen = params["tiles"], params["center"], params["apply"]
-        images, boxes, classes, mask, sizes = self._gather(batch, tiles)
+        # Eager CPU copies rectangles (exact, cheap); elsewhere one static-shape gather.
+        by_slices = (
+            batch.images.device.type == "cpu"
+            and not self._force_gather
+            and not torch.compiler.is_compiling()
+        )
+        gathered = self._gather(batch, tiles, with_images=not by_slices)
+        images = None if by_slices else gathered[0]
+        boxes, classes, mask, sizes = gathered[-4:]
         h, w = sizes[..., 0], sizes[..., 1]  # (B, 4)
         xc, yc = center[:, 0:1], center[:, 1:2]
         ox = torch.cat([xc - w[:, 0:1], xc, xc - w[:, 2:3], xc], dim=1)
@@ -144,7 +153,10 @@ class Mosaic(Augmentation):
         solo_y = height // 2 + torch.div(height - h[:, 0:1], 2, rounding_mode="floor")
         ox = torch.where(chosen[:, None], ox, solo_x.expand(-1, 4))
         oy = torch.where(chosen[:, None], oy, solo_y.expand(-1, 4))
-        canvas = self._canvas(images, ox, oy, h, w, xc, yc, chosen, batch.images)
+        if images is None:
+            canvas = self._canvas_by_slices(batch, tiles, ox, oy, h, w, center, chosen)
+        else:
+            canvas = self._canvas(images, ox, oy, h, w, xc, yc, chosen, batch.images)
         shift = torch.stack([ox, oy, ox, oy], dim=-1).to(boxes.dtype)[:, :, None]
         moved = clip_boxes(boxes + shift, 2 * height, 2 * width)
         used = torch.ones_like(chosen[:, None]).expand(-1, 4).clone()
@@ -172,6 +184,46 @@ class Mosaic(Augmentation):
             mask=keep,
             sizes=sizes_out,
         )
+
+    def _canvas_by_slices(
+        self,
+        batch: Batch,
+        tiles: torch.Tensor,
+        ox: torch.Tensor,
+        oy: torch.Tensor,
+        h: torch.Tensor,
+        w: torch.Tensor,
+        center: torch.Tensor,
+        chosen: torch.Tensor,
+    ) -> torch.Tensor:
+        """The same canvas as `_canvas`, by rectangle copies (reads the parameters on the host)."""
+        bsz = len(batch)
+        height, width = image_hw(batch.images)
+        hwc = batch.images.permute(0, 2, 3, 1)
+        fill = fill_for(batch.images, self.fill)
+        canvas = hwc.new_full((bsz, 2 * height, 2 * width, hwc.shape[-1]), fill)
+        t, oxs, oys, hs, ws = (x.tolist() for x in (tiles, ox, oy, h, w))
+        centres, picked = center.tolist(), chosen.tolist()
+        for b in range(bsz):
+            xc, yc = centres[b]
+            for q in range(4 if picked[b] else 1):
+                if picked[b]:
+                    qx0, qx1 = (0, xc) if q in (0, 2) else (xc, 2 * width)
+                    qy0, qy1 = (0, yc) if q < 2 else (yc, 2 * height)
+                else:
+                    qx0, qx1, qy0, qy1 = 0, 2 * width, 0, 2 * height
+                left, top = oxs[b][q], oys[b][q]
+                x0, x1 = max(left, qx0), min(left + ws[b][q], qx1)
+                y0, y1 = max(top, qy0), min(top + hs[b][q], qy1)
+                if x1 <= x0 or y1 <= y0:
+                    continue
+                index = t[b][q]
+                if index < bsz:
+                    source = hwc[index]
+                else:
+                    source = self.buffer.images[index - bsz].permute(1, 2, 0)
+                canvas[b, y0:y1, x0:x1] = source[y0 - top : y1 - top, x0 - left : x1 - left]
+        return canvas.permute(0, 3, 1, 2)
 
     def _canvas(
         self,

@@ -131,3 +131,21 @@ def test_beta_draws_have_the_right_moments():
     x = beta_integer(g, 32, 32, (20000,), torch.device("cpu"))
     assert abs(x.mean().item() - 0.5) < 0.003
     assert abs(x.var().item() - 0.25 / 65) < 4e-4
+
+
+def test_mosaic_slice_copy_equals_static_gather():
+    """Eager CPU copies rectangles; the static-shape gather (GPU, compile) gives the same canvas."""
+    first = make_batch(4, 24, 28, 3, seed=53)
+    batch = make_batch(5, 24, 28, 3, seed=54)
+    batch = batch.replace(sizes=torch.tensor([[24, 28], [20, 28], [24, 15], [9, 9], [24, 28]]))
+    sliced_op = A.Mosaic(p=0.7, buffer_size=6, generator=torch.Generator().manual_seed(52))
+    gather_op = A.Mosaic(p=0.7, buffer_size=6)
+    gather_op._force_gather = True
+    warm = sliced_op.sample(first)
+    sliced_op(first, warm)
+    gather_op(first, warm)  # same buffer contents in both
+    params = sliced_op.sample(batch)
+    assert (params["tiles"] >= 5).any() and not params["apply"].all()
+    sliced, gathered = sliced_op(batch, params), gather_op(batch, params)
+    assert torch.equal(sliced.images, gathered.images)
+    assert torch.equal(sliced.boxes, gathered.boxes) and torch.equal(sliced.mask, gathered.mask)
