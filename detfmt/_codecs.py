@@ -84,8 +84,11 @@ def decode_into(
     if codec == spec.CODEC_RAW:
         np.copyto(out, np.frombuffer(payload, np.uint8, expected).reshape(height, width, 3))
     elif codec == spec.CODEC_ZSTD:
-        data = decode_zstd(payload, expected, path=path, index=index)
-        np.copyto(out, np.frombuffer(data, np.uint8).reshape(height, width, 3))
+        if out.flags.c_contiguous:  # decompress straight into the caller's buffer
+            decode_zstd_into(payload, memoryview(out).cast("B"), path=path, index=index)
+        else:
+            data = decode_zstd(payload, expected, path=path, index=index)
+            np.copyto(out, np.frombuffer(data, np.uint8).reshape(height, width, 3))
     elif codec == spec.CODEC_JPEG:
         _decode_jpeg_into(payload, out, path=path, index=index)
     elif codec == spec.CODEC_PNG:
@@ -93,6 +96,85 @@ def decode_into(
         np.copyto(out, _decode_pil(payload, height, width, "PNG", path=path, index=index))
     else:
         raise DecodeError(f"unknown codec id {codec}", rule="CODEC_UNKNOWN", path=path, index=index)
+
+
+def zstd_frame_size(payload: memoryview | bytes, *, path: str, index: int) -> int:
+    """The compressed size of the zstd frame at the start of ``payload`` (RFC 8878 §3.1.1).
+
+    Walks the block headers only (3 bytes each), so trailing bytes and truncation are found
+    without decompressing anything.
+    """
+    data = memoryview(payload).cast("B")
+    if len(data) < 6:
+        raise DecodeError("zstd payload too short for a frame", rule="ZSTD_CORRUPT", path=path,
+                          index=index)
+    try:
+        position = zstandard.frame_header_size(data)
+    except zstandard.ZstdError as error:
+        raise DecodeError(f"corrupt zstd frame header: {error}", rule="ZSTD_CORRUPT", path=path,
+                          index=index) from error
+    checksum = 4 if data[4] & 0x04 else 0
+    while True:
+        if position + 3 > len(data):
+            raise DecodeError("zstd frame is truncated (block header past the payload)",
+                              rule="ZSTD_CORRUPT", path=path, index=index)
+        header = data[position] | data[position + 1] << 8 | data[position + 2] << 16
+        last, kind, size = header & 1, (header >> 1) & 3, header >> 3
+        if kind == 3:
+            raise DecodeError("zstd block of the reserved type", rule="ZSTD_CORRUPT", path=path,
+                              index=index)
+        position += 3 + (1 if kind == 1 else size)
+        if last:
+            return position + checksum
+
+
+def decode_zstd_into(payload: memoryview | bytes, out: memoryview, *, path: str,
+                     index: int) -> None:
+    """Decompress one zstd frame into ``out`` (exactly its size): no intermediate copy, so a
+    frame's memory cost is the image itself."""
+    expected = out.nbytes
+    _check_zstd_frame(payload, expected, path=path, index=index)
+    reader = _zstd_decompressor().stream_reader(payload, read_across_frames=False)
+    done = 0
+    try:
+        while done < expected:
+            got = reader.readinto(out[done:])
+            if got == 0:
+                break
+            done += got
+        extra = reader.read(1) if done == expected else b""
+    except zstandard.ZstdError as error:
+        raise DecodeError(f"corrupt zstd data: {error}", rule="ZSTD_CORRUPT", path=path,
+                          index=index) from error
+    if done != expected or extra:
+        raise DecodeError(f"zstd frame decodes to {done}{'+' if extra else ''} bytes, expected "
+                          f"{expected}", rule="ZSTD_CORRUPT", path=path, index=index)
+
+
+def _check_zstd_frame(payload: memoryview | bytes, expected: int, *, path: str,
+                      index: int) -> None:
+    """Declared size, window and frame extent, all before any output is produced."""
+    try:
+        params = zstandard.get_frame_parameters(payload)
+    except zstandard.ZstdError as error:
+        raise DecodeError(f"corrupt zstd frame header: {error}", rule="ZSTD_CORRUPT", path=path,
+                          index=index) from error
+    if params.content_size != expected:
+        declared = "no content size" if params.content_size == zstandard.CONTENTSIZE_UNKNOWN \
+            else f"{params.content_size} bytes"
+        raise DecodeError(f"zstd frame declares {declared}, expected {expected}",
+                          rule="ZSTD_SIZE", path=path, index=index)
+    if params.window_size > MAX_ZSTD_WINDOW:
+        raise DecodeError(f"zstd window of {params.window_size} bytes exceeds {MAX_ZSTD_WINDOW}",
+                          rule="ZSTD_WINDOW", path=path, index=index)
+    size = zstd_frame_size(payload, path=path, index=index)
+    length = memoryview(payload).nbytes
+    if size > length:
+        raise DecodeError(f"zstd frame is truncated: it needs {size} bytes, the payload has "
+                          f"{length}", rule="ZSTD_CORRUPT", path=path, index=index)
+    if size < length:
+        raise DecodeError(f"{length - size} bytes follow the zstd frame", rule="ZSTD_TRAILING",
+                          path=path, index=index)
 
 
 def decode_zstd(payload: memoryview | bytes, expected: int, *, path: str, index: int) -> bytes:
