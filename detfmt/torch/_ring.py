@@ -26,7 +26,7 @@ def storage_use_count(tensor: torch.Tensor) -> int:
 class Slot:
     """One flat uint8 buffer, its numpy view, and whether the ring has lent it out."""
 
-    __slots__ = ("array", "busy", "event", "idle_count", "index", "tensor")
+    __slots__ = ("array", "busy", "event", "idle_count", "index", "layout", "tensor")
 
     def __init__(self, index: int, capacity: int, pin: bool, shared: bool) -> None:
         self.index = index
@@ -36,6 +36,8 @@ class Slot:
         self.array = self.tensor.numpy()
         self.busy = False
         self.event: object | None = None  # a CUDA event: the async copy out of this slot
+        # what the last gather left: ((H, W), pad_value, [(h, w) per image], tensor version)
+        self.layout: tuple | None = None
         self.idle_count = storage_use_count(self.tensor)
 
     @property

@@ -188,7 +188,22 @@ class Loader(EpochSchedule):
         if self._gpu is not None and self._gpu.wants(self.gather, indices):
             hwc = self._gpu.decode_batch(self.gather, indices, shape, self.pad_value)
         else:
-            self.gather.fill(indices, self.ring.view(slot, shape), self.pad_value)
+            previous = None
+            layout = slot.layout
+            # Only the parts the last gather wrote need clearing, unless someone wrote into the
+            # buffer in place since (torch bumps the shared version counter of every view).
+            if (
+                layout is not None
+                and layout[0] == (height, width)
+                and layout[1] == self.pad_value
+                and layout[3] == slot.tensor._version
+            ):
+                previous = layout[2]
+            slot.layout = None  # unknown while the gather runs (an exception leaves it so)
+            extents = self.gather.fill(
+                indices, self.ring.view(slot, shape), self.pad_value, previous=previous
+            )
+            slot.layout = ((height, width), self.pad_value, extents, slot.tensor._version)
             hwc = slot.tensor[:count].view(shape)
         boxes, classes, mask, fields = self.gather.labels(indices)
         sizes = self.gather.sizes[indices]

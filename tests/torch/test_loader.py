@@ -200,11 +200,11 @@ def test_early_stop_and_errors_leave_no_threads(make_ds):
     calls = {"n": 0}
     original = loader.gather.fill
 
-    def failing(indices, out, pad_value=0):
+    def failing(indices, out, pad_value=0, **kwargs):
         calls["n"] += 1
         if calls["n"] == 4:
             raise RuntimeError("disk on fire")
-        return original(indices, out, pad_value)
+        return original(indices, out, pad_value, **kwargs)
 
     loader.gather.fill = failing
     loader.set_epoch(5)
@@ -294,3 +294,24 @@ def test_corrupt_payload_is_a_decode_error(make_ds, codec, io):
             pass
     assert info.value.index == 3
     assert not loader_threads()
+
+
+def test_reused_buffers_keep_padding_clean(make_ds):
+    """Buffers are reused with partial clearing; every batch must still be exact, also after
+    the user wrote into a batch in place (torch bumps the version counter the loader checks)."""
+    shapes = [(40, 12), (12, 40), (40, 40), (8, 8), (33, 17), (17, 33)] * 8
+    ds = make_ds(shapes)
+    loader = Loader(ds, 3, seed=1, num_threads=2, prefetch=1)
+    seen = 0
+    for epoch in range(3):
+        loader.set_epoch(epoch)
+        for k, batch in enumerate(loader):
+            check_batch(batch, ds)
+            if k % 4 == 1:
+                batch.images.fill_(255)  # in place, through torch
+            if k % 4 == 2:
+                batch.images[:, :, -1, :] = 7  # through an indexing view
+            seen += 1
+            del batch
+    assert seen == 3 * 16
+    assert len(loader.ring.slots) <= 4
