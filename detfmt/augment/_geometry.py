@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import torch
 
+from detfmt.augment import _backend
 from detfmt.augment._base import Augmentation, Params, fill_for, image_hw
 from detfmt.augment._matrix import clip_boxes, eye, transform_boxes
 from detfmt.augment._warp import warp_images
@@ -167,7 +168,10 @@ def apply_geometric(
     for step, step_params in zip(steps, used, strict=True):
         step.last_params = step_params
     interpolation = "bilinear" if any(s.interpolation == "bilinear" for s in steps) else "nearest"
-    images = warp_images(
+    warp = warp_images
+    if _backend.use_opencv(batch.images):
+        from detfmt.augment._opencv import warp_images_opencv as warp  # cv2 and numpy on demand
+    images = warp(
         batch.images,
         total.matrix,
         total.out_size,

@@ -87,7 +87,9 @@ def warp_images(
     """
     height, width = images.shape[-2:]
     grid = sampling_grid(matrix, (height, width), out_size, affine_only)
-    work = images.to(torch.float32)
+    # copy=True: for float32 input .to() would alias it, and the in-place ops below would
+    # then overwrite the caller's images.
+    work = images.to(torch.float32, copy=True)
     if fill != 0.0:
         work.sub_(fill)
     if sizes is not None:

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import torch
 
+from detfmt.augment import _backend
 from detfmt.augment import _random as rnd
 from detfmt.augment._base import Augmentation, Params, check_non_negative, image_hw
 from detfmt.augment._kernels import kernel
@@ -153,6 +154,10 @@ class RandomHSV(Augmentation):
 
     def apply(self, batch: Batch, params: Params) -> Batch:
         image_hw(batch.images)
+        if batch.images.shape[1] == 3 and _backend.use_opencv(batch.images):
+            from detfmt.augment._opencv import hsv_opencv  # cv2 and numpy on demand
+
+            return batch.replace(images=hsv_opencv(batch.images, params["gains"]))
         return batch.replace(images=apply_hsv_gains(batch.images, params["gains"]))
 
 

@@ -261,3 +261,12 @@ def test_bad_arguments_raise_usage_error():
         A.RandomHSV(h=-1)
     with pytest.raises(UsageError):
         A.RandomFlip()(make_batch().images)
+
+
+def test_float32_warp_leaves_its_input_alone():
+    """Regression: the torch warp used to subtract the fill from float32 inputs in place."""
+    batch = make_batch(2, 32, 32, 3, seed=4)
+    batch = batch.replace(images=batch.images.float() / 255)
+    before = batch.images.clone()
+    A.RandomAffine(size=32)(batch)
+    assert torch.equal(batch.images, before)

@@ -25,6 +25,7 @@ def _modules(g: torch.Generator) -> list[tuple[str, object]]:
     ]
 
 
+@pytest.mark.usefixtures("torch_backend")
 @pytest.mark.parametrize("index", range(6))
 def test_apply_traces_without_graph_breaks(index):
     g = torch.Generator().manual_seed(71)

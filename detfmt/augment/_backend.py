@@ -1,0 +1,62 @@
+"""Which backend resamples and recolours CPU images: batched torch or per-sample OpenCV.
+
+On CPU, ``grid_sample`` and the elementwise HSV kernel are far slower than OpenCV's fixed-point
+SIMD ``warpAffine`` / ``cvtColor`` (docs/augment.md, Performance), so uint8 CPU batches go
+through OpenCV when it is importable. Only the pixels change backend: parameters, matrices,
+boxes and masks are computed by the same torch code either way.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Literal
+
+import torch
+
+from detfmt.errors import UsageError
+
+Backend = Literal["auto", "torch", "opencv"]
+BACKENDS: tuple[str, ...] = ("auto", "torch", "opencv")
+
+_state: dict[str, str] = {"backend": "auto"}
+_cv2_found: list[bool] = []
+
+
+def cv2_available() -> bool:
+    """Whether ``cv2`` can be imported (checked once, without importing it)."""
+    if not _cv2_found:
+        _cv2_found.append(importlib.util.find_spec("cv2") is not None)
+    return _cv2_found[0]
+
+
+def set_cpu_backend(backend: Backend = "auto") -> None:
+    """Choose how uint8 CPU images are warped and HSV-shifted.
+
+    ``"auto"`` (default): OpenCV when ``cv2`` is importable, else torch. ``"torch"``: always the
+    batched torch kernels (as on CUDA). ``"opencv"``: OpenCV, an error if it is missing. CUDA and
+    float images always use torch.
+    """
+    if backend not in BACKENDS:
+        raise UsageError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if backend == "opencv" and not cv2_available():
+        raise UsageError("the opencv backend needs opencv-python-headless (detfmt[augment-cpu])")
+    _state["backend"] = backend
+
+
+def get_cpu_backend() -> str:
+    """The value last given to `set_cpu_backend`."""
+    return _state["backend"]
+
+
+def use_opencv(images: torch.Tensor) -> bool:
+    """Whether these images go through the OpenCV backend (uint8 CPU (B, C<=4, H, W))."""
+    if torch.compiler.is_compiling() or _state["backend"] == "torch":
+        return False
+    return (
+        images.device.type == "cpu"
+        and images.dtype == torch.uint8
+        and images.dim() == 4
+        and images.shape[1] in (1, 3, 4)
+        and not images.requires_grad
+        and cv2_available()
+    )
