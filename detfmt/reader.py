@@ -11,7 +11,9 @@ from __future__ import annotations
 import mmap
 import os
 import stat
+import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -128,6 +130,31 @@ def _read_header(directory_fd: int, root: Path, max_header_bytes: int) -> tuple[
         return data, (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
     finally:
         os.close(fd)
+
+
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+_PARALLEL_BYTES = 4 << 20  # below this a batch is copied in the calling thread
+
+
+def _pool() -> ThreadPoolExecutor:
+    """One shared pool of copy threads for every dataset in the process."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1),
+                                       thread_name_prefix="detfmt-batch")
+        return _POOL
+
+
+def _thread_count(requested: int | None, nbytes: int, samples: int) -> int:
+    if requested is not None:
+        if not isinstance(requested, int) or requested < 1:
+            raise errors.UsageError(f"num_threads must be a positive int, got {requested!r}")
+        return min(requested, max(1, samples), min(8, os.cpu_count() or 1))
+    if nbytes < _PARALLEL_BYTES:
+        return 1
+    return min(max(1, samples), min(8, os.cpu_count() or 1))
 
 
 class Dataset(Sequence):
@@ -392,8 +419,12 @@ class Dataset(Sequence):
             raise violation.to_error()
 
     def batch(self, indices: Sequence[int] | np.ndarray, out: np.ndarray | None = None,
-              pad_value: int | None = 0) -> NumpyBatch:
+              pad_value: int | None = 0, num_threads: int | None = None) -> NumpyBatch:
         """Gather samples into one padded batch.
+
+        Labels are checked before any pixel is copied; images are copied (or decoded) one
+        contiguous sample at a time, split over threads when the batch is large (numpy copies and
+        the decoders release the GIL).
 
         Args:
             indices: sample indices (any order, repeats allowed).
@@ -401,6 +432,8 @@ class Dataset(Sequence):
                 an array of exactly (B, Hmax, Wmax, 3). Images are written into it, no allocation.
             pad_value: value of the pixels outside each image's valid region; None leaves them
                 as they are (faster; ``sizes`` tells each image's valid region).
+            num_threads: threads copying images; None picks up to the CPU count for batches of
+                at least 4 MiB, 1 copies in the calling thread.
         """
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
         n = len(self)
@@ -411,21 +444,41 @@ class Dataset(Sequence):
         heights = self._heights[idx].astype(np.int64)
         widths = self._widths[idx].astype(np.int64)
         b = idx.size
+        counts = self.counts[idx].astype(np.int64)
+        m = int(counts.max()) if b else 0
+        boxes = self.boxes[idx, :m] if m else np.zeros((b, 0, 4), np.float32)
+        classes = self.classes[idx, :m] if m else np.zeros((b, 0), np.int32)
+        fields_ = {name: (values[idx, :m] if m else np.zeros((b, 0), values.dtype))
+                   for name, values in self.box_fields.items()}
+        self._raise_label_errors(idx, boxes, classes, counts, fields_)
         hmax = int(heights.max()) if b else 0
         wmax = int(widths.max()) if b else 0
         images = self._batch_buffer(out, b, hmax, wmax)
+        rows = list(zip(range(b), idx.tolist(), heights.tolist(), widths.tolist(),
+                        self._offsets[idx].tolist(), self._codecs[idx].tolist(), strict=True))
+        threads = _thread_count(num_threads, images.nbytes, b)
+        if threads > 1:
+            parts = [rows[k::threads] for k in range(threads)]
+            list(_pool().map(lambda part: self._fill(images, part, pad_value), parts))
+        else:
+            self._fill(images, rows, pad_value)
+        mask = np.arange(m) < counts[:, None]
+        sizes = np.stack([heights, widths], axis=1).astype(np.int32)
+        return NumpyBatch(images=images, sizes=sizes, boxes=np.ascontiguousarray(boxes),
+                          classes=np.ascontiguousarray(classes), mask=mask, indices=idx,
+                          fields=fields_)
+
+    def _fill(self, images: np.ndarray, rows: list[tuple[int, ...]], pad_value: int | None
+              ) -> None:
+        """Copy or decode validated samples into their batch slots and pad the rest."""
         fixed = self.fixed_images
-        offsets = self._offsets[idx].tolist()
-        codecs = self._codecs[idx].tolist()
         blob = self._blob
-        for j in range(b):
-            i = int(idx[j])
+        hmax, wmax = images.shape[1], images.shape[2]
+        for j, i, h, w, start, codec in rows:
             if fixed is not None:  # one contiguous copy per sample, no decode dispatch
                 np.copyto(images[j], fixed[i])
                 continue
-            h, w = int(heights[j]), int(widths[j])
-            if codecs[j] == spec.CODEC_RAW:  # validated record: one strided copy, no dispatch
-                start = offsets[j]
+            if codec == spec.CODEC_RAW:  # validated record: one strided copy, no dispatch
                 np.copyto(images[j, :h, :w], blob[start : start + h * w * 3].reshape(h, w, 3))
             else:
                 self.decode_into(i, images[j, :h, :w])
@@ -435,18 +488,6 @@ class Dataset(Sequence):
                 images[j, h:] = pad_value
             if w < wmax:
                 images[j, :h, w:] = pad_value
-        counts = self.counts[idx].astype(np.int64)
-        m = int(counts.max()) if b else 0
-        boxes = self.boxes[idx, :m] if m else np.zeros((b, 0, 4), np.float32)
-        classes = self.classes[idx, :m] if m else np.zeros((b, 0), np.int32)
-        fields_ = {name: (values[idx, :m] if m else np.zeros((b, 0), values.dtype))
-                   for name, values in self.box_fields.items()}
-        self._raise_label_errors(idx, boxes, classes, counts, fields_)
-        mask = np.arange(m) < counts[:, None]
-        sizes = np.stack([heights, widths], axis=1).astype(np.int32)
-        return NumpyBatch(images=images, sizes=sizes, boxes=np.ascontiguousarray(boxes),
-                          classes=np.ascontiguousarray(classes), mask=mask, indices=idx,
-                          fields=fields_)
 
     @staticmethod
     def _batch_buffer(out: np.ndarray | None, b: int, h: int, w: int) -> np.ndarray:

@@ -171,3 +171,17 @@ def test_npy_header_is_numpy_compatible_and_aligned():
         data = np.zeros(shape, dtype)
         loaded = np.load(io.BytesIO(encoded + data.tobytes()), allow_pickle=False)
         assert loaded.shape == shape and loaded.dtype == dtype
+
+
+@pytest.mark.parametrize("codec", ["raw", "zstd"])
+def test_threaded_batch_equals_single_threaded(tmp_path, codec):
+    samples = make_samples(24, seed=6, size=(20, 90))
+    detfmt.write(samples, tmp_path / codec, classes=CLASSES, codec=codec)
+    ds = detfmt.open(tmp_path / codec)
+    order = np.random.default_rng(0).permutation(24)
+    one = ds.batch(order, num_threads=1)
+    many = ds.batch(order, num_threads=3, out=np.full(one.images.size + 7, 9, np.uint8))
+    np.testing.assert_array_equal(one.images, many.images)
+    np.testing.assert_array_equal(one.boxes, many.boxes)
+    with pytest.raises(detfmt.UsageError):
+        ds.batch(order, num_threads=0)
