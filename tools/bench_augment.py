@@ -8,6 +8,11 @@ Prints a markdown table with images/s for both and their ratio, measured in the 
 
     python tools/bench_augment.py                       # B=32, 640x640, CPU, no mosaic
     python tools/bench_augment.py --mosaic --device cuda
+    python tools/bench_augment.py --backends opencv     # skip the slow eager torch CPU side
+
+On CPU the detfmt side runs with each CPU backend in ``--backends`` (``set_cpu_backend``):
+``opencv`` (cv2 per sample in a thread pool, the default when cv2 is installed) and ``torch``
+(the batched kernels, as on CUDA).
 """
 
 from __future__ import annotations
@@ -189,6 +194,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also time with detfmt.augment.use_compiled_kernels (torch.compile; slow first call)",
     )
+    parser.add_argument(
+        "--backends",
+        default="opencv,torch",
+        help="comma-separated CPU backends for the detfmt side (opencv, torch)",
+    )
     args = parser.parse_args(argv)
 
     if args.threads:
@@ -212,13 +222,23 @@ def main(argv: list[str] | None = None) -> int:
     def reference() -> object:
         return run_reference(images, boxes, args.size, args.mosaic)
 
-    variants = [("detfmt.augment (batched torch, eager)", False)]
-    if args.compile:
-        variants.append(("detfmt.augment (batched torch, compiled kernels)", True))
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    if device.type == "cuda":
+        backends = ["torch"]
+    if cv2 is None:
+        backends = [b for b in backends if b != "opencv"]
+    variants: list[tuple[str, str, bool]] = []
+    if "opencv" in backends:
+        variants.append(("detfmt.augment (OpenCV CPU backend)", "opencv", False))
+    if "torch" in backends:
+        variants.append(("detfmt.augment (batched torch, eager)", "torch", False))
+        if args.compile:
+            variants.append(("detfmt.augment (batched torch, compiled kernels)", "torch", True))
     ours: dict[str, list[float]] = {}
     warmup_s: dict[str, float] = {}
     ref: list[float] = []
-    for label, compiled in variants:
+    for label, backend, compiled in variants:
+        A.set_cpu_backend(backend)
         A.use_compiled_kernels(compiled)
         start = time.perf_counter()
         for _ in range(args.warmup):
@@ -230,12 +250,14 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.warmup):
             reference()
     for _ in range(args.repeats):  # interleaved, so load changes hit every side alike
-        for label, compiled in variants:
+        for label, backend, compiled in variants:
+            A.set_cpu_backend(backend)
             A.use_compiled_kernels(compiled)
             ours[label] += timed(lambda: pipeline(batch), 1, sync)
         if cv2 is not None:
             ref += timed(reference, 1, sync)
     A.use_compiled_kernels(False)
+    A.set_cpu_backend("auto")
 
     name = ("mosaic + " if args.mosaic else "") + "affine + flip + HSV"
     cv2_info = f"cv2 {cv2.__version__} threads={cv2.getNumThreads()}" if cv2 else "cv2 missing"
