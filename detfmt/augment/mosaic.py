@@ -36,7 +36,20 @@ class _RingBuffer(nn.Module):
     def push(self, batch: Batch, sizes: torch.Tensor) -> None:
         if self.images is None:
             n = self.capacity
-            self.images = batch.images.new_zeros((n, *batch.images.shape[1:]))
+            # Same memory layout as the batch (channels_last from the loader): the push and the
+            # tile copies out of the buffer are then plain copies, not transposes (~3x faster).
+            layout = (
+                torch.channels_last
+                if batch.images.dim() == 4
+                and batch.images.is_contiguous(memory_format=torch.channels_last)
+                else torch.contiguous_format
+            )
+            self.images = torch.empty(
+                (n, *batch.images.shape[1:]),
+                dtype=batch.images.dtype,
+                device=batch.images.device,
+                memory_format=layout,
+            ).zero_()
             self.boxes = batch.boxes.new_zeros((n, *batch.boxes.shape[1:]))
             self.classes = batch.classes.new_full((n, *batch.classes.shape[1:]), -1)
             self.mask = batch.mask.new_zeros((n, *batch.mask.shape[1:]))
@@ -139,6 +152,7 @@ class Mosaic(Augmentation):
         by_slices = (
             batch.images.device.type == "cpu"
             and not self._force_gather
+            and not batch.images.requires_grad
             and not torch.compiler.is_compiling()
         )
         gathered = self._gather(batch, tiles, with_images=not by_slices)
@@ -202,6 +216,9 @@ class Mosaic(Augmentation):
         hwc = batch.images.permute(0, 2, 3, 1)
         fill = fill_for(batch.images, self.fill)
         canvas = hwc.new_full((bsz, 2 * height, 2 * width, hwc.shape[-1]), fill)
+        # numpy views: a strided rectangle copy is a row memcpy there, while torch's copy_ of
+        # small strided views costs several times more on CPU (and on a busy 2-core box, more).
+        canvas_np, hwc_np = canvas.numpy(), hwc.numpy()
         t, oxs, oys, hs, ws = (x.tolist() for x in (tiles, ox, oy, h, w))
         centres, picked = center.tolist(), chosen.tolist()
         for b in range(bsz):
@@ -219,10 +236,10 @@ class Mosaic(Augmentation):
                     continue
                 index = t[b][q]
                 if index < bsz:
-                    source = hwc[index]
+                    source = hwc_np[index]
                 else:
-                    source = self.buffer.images[index - bsz].permute(1, 2, 0)
-                canvas[b, y0:y1, x0:x1] = source[y0 - top : y1 - top, x0 - left : x1 - left]
+                    source = self.buffer.images[index - bsz].permute(1, 2, 0).numpy()
+                canvas_np[b, y0:y1, x0:x1] = source[y0 - top : y1 - top, x0 - left : x1 - left]
         return canvas.permute(0, 3, 1, 2)
 
     def _canvas(
