@@ -133,22 +133,24 @@ def warp_images_opencv(
     return out
 
 
-def hsv_luts(gains: np.ndarray) -> np.ndarray:
-    """(256, 1, 3) uint8 LUTs for one sample's gains (r_h, r_s, r_v), exactly as Ultralytics.
+def hsv_luts(gains: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Hue, saturation, value uint8 LUTs for one sample's gains (r_h, r_s, r_v), as Ultralytics.
 
     Float64 tables truncated to uint8: hue ``(x + r_h 180) % 180``, saturation and value
     ``clip(x (1 + r), 0, 255)``.
     """
     x = np.arange(256, dtype=np.float64)
-    lut = np.empty((256, 1, 3), dtype=np.uint8)
-    lut[:, 0, 0] = ((x + gains[0] * 180) % 180).astype(np.uint8)
-    lut[:, 0, 1] = np.clip(x * (gains[1] + 1), 0, 255).astype(np.uint8)
-    lut[:, 0, 2] = np.clip(x * (gains[2] + 1), 0, 255).astype(np.uint8)
-    return lut
+    hue = ((x + gains[0] * 180) % 180).astype(np.uint8)
+    sat = np.clip(x * (gains[1] + 1), 0, 255).astype(np.uint8)
+    val = np.clip(x * (gains[2] + 1), 0, 255).astype(np.uint8)
+    return hue, sat, val
 
 
 def hsv_opencv(images: torch.Tensor, gains: torch.Tensor) -> torch.Tensor:
-    """`color.apply_hsv_gains` for uint8 RGB CPU images: cvtColor, one 3-channel LUT, cvtColor."""
+    """`color.apply_hsv_gains` for uint8 RGB CPU images, Ultralytics' OpenCV calls per sample.
+
+    cvtColor, split, three single-channel LUTs, merge, cvtColor (one 3-channel LUT is slower).
+    """
     cv2 = _cv2()
     batch, channels, height, width = images.shape
     src = _hwc(images)
@@ -158,7 +160,9 @@ def hsv_opencv(images: torch.Tensor, gains: torch.Tensor) -> torch.Tensor:
 
     def one(i: int) -> None:
         hsv = cv2.cvtColor(src[i], cv2.COLOR_RGB2HSV)
-        cv2.LUT(hsv, hsv_luts(per_sample[i]), dst=hsv)
+        planes = cv2.split(hsv)
+        luts = hsv_luts(per_sample[i])
+        cv2.merge([cv2.LUT(p, lut) for p, lut in zip(planes, luts, strict=True)], dst=hsv)
         cv2.cvtColor(hsv, cv2.COLOR_HSV2RGB, dst=dst[i])
 
     _for_each_sample(batch, one)
