@@ -177,34 +177,13 @@ def _check_zstd_frame(payload: memoryview | bytes, expected: int, *, path: str,
                           path=path, index=index)
 
 
-def decode_zstd(payload: memoryview | bytes, expected: int, *, path: str, index: int) -> bytes:
-    """Decompress one zstd frame of exactly ``expected`` bytes, checking the frame first."""
-    try:
-        params = zstandard.get_frame_parameters(payload)
-    except zstandard.ZstdError as error:
-        raise DecodeError(f"corrupt zstd frame header: {error}", rule="ZSTD_CORRUPT", path=path,
-                          index=index) from error
-    if params.content_size != expected:
-        declared = "no content size" if params.content_size == zstandard.CONTENTSIZE_UNKNOWN \
-            else f"{params.content_size} bytes"
-        raise DecodeError(f"zstd frame declares {declared}, expected {expected}",
-                          rule="ZSTD_SIZE", path=path, index=index)
-    if params.window_size > max(MAX_ZSTD_WINDOW, 0):
-        raise DecodeError(f"zstd window of {params.window_size} bytes exceeds {MAX_ZSTD_WINDOW}",
-                          rule="ZSTD_WINDOW", path=path, index=index)
-    decompressor = _zstd_decompressor().decompressobj()
-    try:
-        data = decompressor.decompress(payload)
-    except zstandard.ZstdError as error:
-        raise DecodeError(f"corrupt zstd data: {error}", rule="ZSTD_CORRUPT", path=path,
-                          index=index) from error
-    if not decompressor.eof or len(data) != expected:
-        raise DecodeError(f"zstd frame is truncated: {len(data)} of {expected} bytes",
-                          rule="ZSTD_CORRUPT", path=path, index=index)
-    if decompressor.unused_data:
-        raise DecodeError(f"{len(decompressor.unused_data)} bytes follow the zstd frame",
-                          rule="ZSTD_TRAILING", path=path, index=index)
-    return data
+def decode_zstd(payload: memoryview | bytes, expected: int, *, path: str, index: int
+                ) -> bytearray:
+    """Decompress one zstd frame of exactly ``expected`` bytes into new memory (for callers
+    whose destination is not contiguous)."""
+    out = bytearray(expected)
+    decode_zstd_into(payload, memoryview(out), path=path, index=index)
+    return out
 
 
 def _check_png_ihdr(payload, *, path: str, index: int) -> None:
