@@ -12,7 +12,7 @@ import mmap
 import os
 import stat
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -408,15 +408,27 @@ class Dataset(Sequence):
                       fields=fields_)
 
     def _raise_label_errors(self, indices, boxes, classes, counts, box_fields) -> None:
+        for violation in self._label_violations(indices, boxes, classes, counts, box_fields):
+            raise violation.to_error()
+
+    def _label_violations(self, indices, boxes, classes, counts, box_fields):
         paths = (self._members[spec.BOXES_FILE].path, self._members[spec.CLASSES_FILE].path)
-        for violation in validate.check_labels(
+        return validate.check_labels(
             boxes=boxes, classes=classes, counts=counts, heights=self._heights[indices],
             widths=self._widths[indices], num_classes=self._num_classes, indices=indices,
             paths=paths,
             box_fields={name: (self._members[spec.box_field_file(name)].path, value)
                         for name, value in box_fields.items()},
-        ):
-            raise violation.to_error()
+        )
+
+    def iter_label_violations(self, block: int = 4096) -> Iterator[validate.Violation]:
+        """Check the labels of every sample, ``block`` samples at a time (bounded memory)."""
+        n = len(self)
+        for start in range(0, n, block):
+            rows = np.arange(start, min(n, start + block))
+            yield from self._label_violations(
+                rows, self.boxes[rows], self.classes[rows], self.counts[rows],
+                {name: values[rows] for name, values in self.box_fields.items()})
 
     def batch(self, indices: Sequence[int] | np.ndarray, out: np.ndarray | None = None,
               pad_value: int | None = 0, num_threads: int | None = None) -> NumpyBatch:

@@ -142,22 +142,13 @@ def _check_payloads(dataset: Dataset, report: VerifyReport) -> None:
 
 
 def _check_labels(dataset: Dataset, report: VerifyReport) -> None:
-    n = len(dataset)
-    paths = (dataset._members[spec.BOXES_FILE].path, dataset._members[spec.CLASSES_FILE].path)
-    step = 4096
-    for start in range(0, n, step):
-        rows = np.arange(start, min(n, start + step))
-        fields = {name: (dataset._members[spec.box_field_file(name)].path, values[rows])
-                  for name, values in dataset.box_fields.items()}
-        seen: set[str] = set()
-        for violation in validate.check_labels(
-            boxes=dataset.boxes[rows], classes=dataset.classes[rows], counts=dataset.counts[rows],
-            heights=dataset.index["height"][rows], widths=dataset.index["width"][rows],
-            num_classes=dataset.header.num_classes, indices=rows, paths=paths, box_fields=fields,
-        ):
-            if violation.rule not in seen:  # one report per rule per block keeps output short
-                seen.add(violation.rule)
-                report.add(violation)
+    block = 4096
+    seen: set[tuple[str, int]] = set()
+    for violation in dataset.iter_label_violations(block):
+        key = (violation.rule, (violation.index or 0) // block)
+        if key not in seen:  # one report per rule per block keeps output short
+            seen.add(key)
+            report.add(violation)
 
 
 def _check_image_fields(dataset: Dataset, report: VerifyReport) -> None:

@@ -29,7 +29,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from detfmt import _io, _npy, errors, spec, validate
+from detfmt import _io, _npy, errors, spec
 from detfmt._prepare import Options, Prepared, prepare
 from detfmt.schema import ArrayInfo, BoxField, ClassInfo, FileInfo, Header, ImageInfo
 
@@ -524,21 +524,11 @@ def _validate_output(directory: Path) -> None:
 
     dataset = Dataset(directory)
     dataset.validate_index()
-    n = len(dataset)
-    step = 4096
-    paths = (str(directory / spec.BOXES_FILE), str(directory / spec.CLASSES_FILE))
-    for start in range(0, n, step):
-        rows = np.arange(start, min(n, start + step))
-        for violation in validate.check_labels(
-            boxes=dataset.boxes[rows], classes=dataset.classes[rows], counts=dataset.counts[rows],
-            heights=dataset.index["height"][rows], widths=dataset.index["width"][rows],
-            num_classes=dataset.header.num_classes, indices=rows, paths=paths,
-        ):
-            error = violation.to_error()
-            raise errors.WriteError(f"internal error, refusing to publish: {error}",
-                                    rule="WRITE_FAILED", path=directory) from error
+    for violation in dataset.iter_label_violations():
+        error = violation.to_error()
+        raise errors.WriteError(f"internal error, refusing to publish: {error}",
+                                rule="WRITE_FAILED", path=directory) from error
     dataset.close()
-
 
 def _publish(temp: Path, target: Path, exists: bool) -> None:
     if not exists:
