@@ -66,6 +66,19 @@ class SampleIndexError(errors.UsageError, IndexError):
     default_rule = "INDEX_RANGE"
 
 
+def normalize_index(index: Any, n: int, path: os.PathLike[str] | str) -> int:
+    """A sample index as a Python int in 0..n-1 (negative counts from the end)."""
+    try:
+        i = int(index)
+    except (TypeError, ValueError) as error:
+        raise errors.UsageError(f"sample index must be an int, got {index!r}") from error
+    if i < 0:
+        i += n
+    if not 0 <= i < n:
+        raise SampleIndexError(f"sample index {index} out of range for {n} samples", path=path)
+    return i
+
+
 _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 
 
@@ -319,16 +332,7 @@ class Dataset(Sequence):
             self._blob, shape=(len(self), h, w, c), strides=(stride, w * c, c, 1), writeable=False)
 
     def _check_index(self, index: int) -> int:
-        try:
-            i = int(index)
-        except (TypeError, ValueError) as error:
-            raise errors.UsageError(f"sample index must be an int, got {index!r}") from error
-        n = len(self)
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise SampleIndexError(f"sample index {index} out of range for {n} samples",
-                                   path=self.path)
+        i = normalize_index(index, len(self), self.path)
         chunk = i // validate.INDEX_CHUNK
         if not self._chunk_ok[chunk]:
             self._validate_chunk(chunk)

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from detfmt import errors, validate
-from detfmt.reader import NumpyBatch, Sample, SampleIndexError
+from detfmt.reader import NumpyBatch, Sample, SampleIndexError, normalize_index
 from detfmt.shard.errors import SchemaMismatchError, ShardChecksumError
 from detfmt.shard.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, Manifest, decode_manifest
 from detfmt.shard.order import EpochPlan, OrderState
@@ -134,18 +134,7 @@ class ShardedDataset(Sequence):
         return k, i - int(self._starts[k])
 
     def _check_index(self, index: int) -> int:
-        try:
-            i = int(index)
-        except (TypeError, ValueError) as error:
-            raise errors.UsageError(f"sample index must be an int, got {index!r}") from error
-        n = len(self)
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise SampleIndexError(
-                f"sample index {index} out of range for {n} samples", path=self.root
-            )
-        return i
+        return normalize_index(index, len(self), self.root)
 
     def shard(self, k: int) -> PackedDataset:
         """The opened reader of shard ``k`` (fetched into the cache first for remote roots)."""
