@@ -61,9 +61,11 @@ class Gatherer:
         self.all_raw = bool(len(self.codecs) == 0 or (self.codecs == CODEC_RAW).all())
         self.fixed = ds.fixed_images
         self.blob_path = dataset_path(ds) / "images.bin"
-        self.blob = None
-        if len(self.offsets) and os.path.getsize(self.blob_path) > 0:
-            # a plain ndarray view: slicing a np.memmap subclass costs a Python call per slice
+        # The reader's own mapping: the very bytes its index checks covered (a second mapping by
+        # path could see a replaced file), as a plain ndarray (np.memmap slicing costs a call).
+        mapped = getattr(ds, "_blob", None)
+        self.blob = np.asarray(mapped) if mapped is not None and len(mapped) else None
+        if self.blob is None and len(self.offsets) and os.path.getsize(self.blob_path) > 0:
             self.blob = np.asarray(np.memmap(self.blob_path, dtype=np.uint8, mode="r"))
         self._local = threading.local()
         self.fd = os.open(self.blob_path, os.O_RDONLY)  # preadv, and read-ahead advice
