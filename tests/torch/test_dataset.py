@@ -10,11 +10,11 @@ import pickle
 import pytest
 import torch
 import torch.utils.data as tud
-from conftest import varied_shapes
 from test_loader import check_batch
 
 from detfmt.order import epoch_permutation
 from detfmt.torch import DetectionDataset, Loader, RingDataLoader, collate
+from tests.torch.conftest import varied_shapes
 
 
 def flat(rows) -> list[int]:

@@ -11,9 +11,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.utils.data as tud
-from conftest import make_dataset, varied_shapes
 
 from detfmt.order import epoch_permutation
+from tests.torch.conftest import make_dataset, varied_shapes
 
 N, BATCH, WORLD, SEED = 23, 3, 2, 7
 

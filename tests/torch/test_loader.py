@@ -9,12 +9,12 @@ import threading
 import numpy as np
 import pytest
 import torch
-from conftest import sample_image, sample_labels, varied_shapes
 
 import detfmt
 from detfmt.errors import DecodeError, UsageError
 from detfmt.order import epoch_permutation
 from detfmt.torch import Batch, Loader
+from tests.torch.conftest import sample_image, sample_labels, varied_shapes
 
 
 def flat(rows) -> list[int]:
