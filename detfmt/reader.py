@@ -361,9 +361,35 @@ class Dataset(Sequence):
         payload = self._blob[start : start + int(self._nbytes[i])]
         _codecs.decode_into(payload, int(self._codecs[i]), out, path=self._blob_path, index=i)
 
+    def decode_payload_into(self, index: int, payload: Any, out: np.ndarray) -> None:
+        """Decode ``payload``, the stored bytes of sample ``index`` that the caller read itself
+        (for example with ``os.preadv`` at ``index["offset"]``), into ``out`` (H, W, 3) uint8.
+
+        The codec comes from the index; the checks and the typed `DecodeError` naming the sample
+        are those of `decode_into`. ``out`` may be a strided view (a slot of a padded batch).
+        """
+        i = self._check_index(index)
+        _codecs.decode_into(payload, int(self._codecs[i]), out, path=self.blob_path, index=i)
+
     @property
-    def _blob_path(self) -> str:
+    def blob(self) -> np.ndarray:
+        """images.bin as a flat, read-only uint8 array: a zero-copy view of the reader's own
+        mapping (the bytes its index checks covered). Sample i is
+        ``blob[index["offset"][i] : index["offset"][i] + index["nbytes"][i]]``; raw payloads are
+        the (H, W, 3) pixels. Loaders copy from it directly; it stays valid while referenced,
+        even after `close`."""
+        view = self._blob.view()
+        view.flags.writeable = False
+        return view
+
+    @property
+    def blob_path(self) -> str:
+        """Where images.bin lives, for messages (``<shard>#images.bin`` inside a packed shard)."""
         return self._members[spec.BLOB_FILE].path
+
+    @property
+    def _blob_path(self) -> str:  # kept for callers of the former private name
+        return self.blob_path
 
     def read_image(self, index: int) -> np.ndarray:
         """The image of one sample: a read-only zero-copy view for raw, a new array otherwise."""
@@ -411,9 +437,24 @@ class Dataset(Sequence):
         return Sample(index=i, image=self.read_image(i), boxes=boxes, classes=classes,
                       fields=fields_)
 
-    def _raise_label_errors(self, indices, boxes, classes, counts, box_fields) -> None:
-        for violation in self._label_violations(indices, boxes, classes, counts, box_fields):
+    def check_labels(self, indices: np.ndarray, boxes: np.ndarray, classes: np.ndarray,
+                     counts: np.ndarray, box_fields: dict[str, np.ndarray] | None = None) -> None:
+        """Check the labels of samples ``indices`` as read into a batch; raise the first
+        violation as the reader's typed error (`LabelError`: box invalid or outside the image,
+        class out of range, padding not exact), naming this dataset's file and the sample.
+
+        ``boxes`` (B, M', 4), ``classes`` (B, M') and each ``box_fields`` value (B, M') hold
+        the rows of those samples trimmed or padded to any M' >= the largest of ``counts`` (B,).
+        `batch` and ``ds[i]`` run this check themselves; loaders that gather labels on their own
+        call it once per batch.
+        """
+        indices = np.asarray(indices, dtype=np.int64)
+        for violation in self._label_violations(indices, boxes, classes, counts,
+                                                box_fields or {}):
             raise violation.to_error()
+
+    def _raise_label_errors(self, indices, boxes, classes, counts, box_fields) -> None:
+        self.check_labels(indices, boxes, classes, counts, box_fields)  # the former name
 
     def _label_violations(self, indices, boxes, classes, counts, box_fields):
         paths = (self._members[spec.BOXES_FILE].path, self._members[spec.CLASSES_FILE].path)

@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 
-from detfmt._codecs import decode_into
 from detfmt.errors import UsageError
 
 try:  # libjpeg-turbo with the GIL released (the reader's codec module uses it too)
@@ -63,7 +62,7 @@ class Gatherer:
         self.blob_path = dataset_path(ds) / "images.bin"
         # The reader's own mapping: the very bytes its index checks covered (a second mapping by
         # path could see a replaced file), as a plain ndarray (np.memmap slicing costs a call).
-        mapped = getattr(ds, "_blob", None)
+        mapped = getattr(ds, "blob", None)
         self.blob = np.asarray(mapped) if mapped is not None and len(mapped) else None
         if self.blob is None and len(self.offsets) and os.path.getsize(self.blob_path) > 0:
             self.blob = np.asarray(np.memmap(self.blob_path, dtype=np.uint8, mode="r"))
@@ -145,7 +144,7 @@ class Gatherer:
             if codec == CODEC_JPEG and self._jpeg_into(payload, dst):
                 return
             # the reader's decoder: exact checks, typed DecodeError naming the sample
-            decode_into(payload, codec, dst, path=str(self.blob_path), index=i)
+            self.ds.decode_payload_into(i, payload, dst)
         elif self.io == "pread" and dst.flags.c_contiguous:
             self._pread(i, dst)
         elif self.io == "pread":  # strided target: read into this thread's scratch, then copy
@@ -229,7 +228,7 @@ class Gatherer:
             name: np.ascontiguousarray(values[indices, :m])
             for name, values in getattr(self.ds, "box_fields", {}).items()
         }
-        check = getattr(self.ds, "_raise_label_errors", None)
+        check = getattr(self.ds, "check_labels", None)
         if check is not None:
             check(indices, boxes, classes, counts, fields)
         mask = np.arange(m)[None, :] < counts[:, None]
