@@ -8,6 +8,7 @@ small. Semantics match `_warp.warp_images` and `color.apply_hsv_gains` (docs/aug
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -84,6 +85,130 @@ def opencv_matrices(matrix: torch.Tensor) -> np.ndarray:
     return torch.linalg.inv(m_cv).numpy()
 
 
+@dataclasses.dataclass(frozen=True)
+class Tile:
+    """``canvas[y0:y1, x0:x1] = array[y0 - top : y1 - top, x0 - left : x1 - left]``."""
+
+    array: np.ndarray  # (h, w, C) uint8, HWC
+    x0: int
+    y0: int
+    x1: int
+    y1: int
+    left: int
+    top: int
+
+    def covers(self, x0: int, y0: int, x1: int, y1: int) -> bool:
+        return self.x0 <= x0 and self.y0 <= y0 and x1 <= self.x1 and y1 <= self.y1
+
+
+@dataclasses.dataclass(frozen=True)
+class TiledSource:
+    """Per-sample source canvases that are never built whole: ``fill`` under rectangles of tiles.
+
+    ``sizes[b]`` is sample b's canvas (height, width), ``tiles[b]`` the rectangles on it (they do
+    not overlap). A plain image is one tile covering its valid region (`image_source`); `Mosaic`
+    describes its (2H, 2W) canvas this way, so the warp after it reads the tiles directly and
+    only the part of the canvas the warp can reach is ever written.
+    """
+
+    sizes: list[tuple[int, int]]
+    tiles: list[list[Tile]]
+    fill: float
+    channels: int
+    crop: bool = True
+
+
+def image_source(images: torch.Tensor, sizes: torch.Tensor | None) -> TiledSource:
+    """Each sample's valid region (``sizes``, else the whole image) as a one-tile source."""
+    src = _hwc(images)
+    batch, height, width, channels = src.shape
+    regions = [tuple(r) for r in sizes.tolist()] if sizes is not None else [(height, width)] * batch
+    tiles = [[Tile(src[i, :h, :w], 0, 0, w, h, 0, 0)] for i, (h, w) in enumerate(regions)]
+    # crop=False: the whole valid region is read, so the matrix handed to OpenCV is the one it
+    # always got and the pixels stay bit-identical (a shifted matrix moves OpenCV's float32
+    # coordinate rounding, changing ~1e-5 of the pixels by a level or a few).
+    return TiledSource(regions, tiles, 0.0, channels, crop=False)
+
+
+def source_windows(
+    inverse: np.ndarray, out_size: tuple[int, int], sizes: list[tuple[int, int]], margin: int = 2
+) -> np.ndarray:
+    """(B, 4) int windows x0, y0, x1, y1 of each canvas that the warp can read (may be empty).
+
+    The output pixel centres at the four corners (OpenCV's integer centres) go through the
+    inverse maps; their bounding box, widened by ``margin`` px for the interpolation footprint
+    (bilinear reads floor(x) and floor(x) + 1), is clipped to the canvas. An affine map, or a
+    perspective one with w > 0 at all four corners (w is affine, so then w > 0 everywhere on
+    the rectangle), sends the output rectangle onto the convex hull of those corners, so no
+    canvas pixel outside the window is read. Otherwise the window is the whole canvas.
+    """
+    out_h, out_w = out_size
+    corners = np.array(
+        [[0, 0, 1], [out_w - 1, 0, 1], [0, out_h - 1, 1], [out_w - 1, out_h - 1, 1]],
+        dtype=np.float64,
+    )
+    mapped = corners @ inverse.transpose(0, 2, 1)  # (B, 4, 3)
+    w = mapped[..., 2]
+    finite = (w > 1e-12).all(axis=1) & np.isfinite(mapped).all(axis=(1, 2))
+    xy = mapped[..., :2] / np.where(w > 1e-12, w, 1.0)[..., None]
+    xy = np.nan_to_num(xy)
+    canvas = np.array(sizes, dtype=np.float64).reshape(-1, 2)[:, ::-1]  # (B, 2) width, height
+    bound = canvas + margin + 2
+    low = np.floor(np.clip(xy.min(axis=1), -bound, bound)) - margin
+    high = np.floor(np.clip(xy.max(axis=1), -bound, bound)) + margin + 1
+    low = np.where(finite[:, None], np.clip(low, 0, canvas), 0)
+    high = np.where(finite[:, None], np.clip(high, 0, canvas), canvas)
+    return np.concatenate([low, high], axis=1).astype(np.int64)
+
+
+_scratch_local = threading.local()
+
+
+def _scratch(name: str, shape: tuple[int, ...]) -> np.ndarray:
+    """A uint8 array of ``shape`` reused by this thread (fresh large arrays cost page faults)."""
+    buffers = getattr(_scratch_local, "buffers", None)
+    if buffers is None:
+        buffers = _scratch_local.buffers = {}
+    need = int(np.prod(shape))
+    flat = buffers.get(name)
+    if flat is None or flat.size < need:
+        flat = buffers[name] = np.empty(max(need, 1), dtype=np.uint8)
+    return flat[:need].reshape(shape)
+
+
+def _read_window(
+    source: TiledSource, b: int, window: tuple[int, int, int, int], staged: int
+) -> np.ndarray:
+    """Canvas b's pixels in ``window`` as a (h, w, staged) array (a view when no copy is needed).
+
+    With ``staged`` = 4 for RGB, the window is copied as RGBA: OpenCV's bilinear warp of 4
+    channels is ~2.4x faster than of 3 (SIMD) and gives the same RGB values.
+    """
+    x0, y0, x1, y1 = window
+    tiles = source.tiles[b]
+    channels = source.channels
+    if staged == channels:
+        for tile in tiles:
+            if tile.covers(x0, y0, x1, y1):
+                return tile.array[y0 - tile.top : y1 - tile.top, x0 - tile.left : x1 - tile.left]
+    out = _scratch("window", (y1 - y0, x1 - x0, staged))
+    if not any(tile.covers(x0, y0, x1, y1) for tile in tiles):
+        out.fill(round(source.fill))
+    cv2 = _cv2()
+    for tile in tiles:
+        ix0, iy0 = max(tile.x0, x0), max(tile.y0, y0)
+        ix1, iy1 = min(tile.x1, x1), min(tile.y1, y1)
+        if ix1 <= ix0 or iy1 <= iy0:
+            continue
+        part = tile.array[iy0 - tile.top : iy1 - tile.top, ix0 - tile.left : ix1 - tile.left]
+        target = out[iy0 - y0 : iy1 - y0, ix0 - x0 : ix1 - x0]
+        if staged == 4 and channels == 3:
+            cv2.cvtColor(part, cv2.COLOR_RGB2RGBA, dst=target)
+        else:
+            np.copyto(target, part)
+    return out
+
+
 def warp_images_opencv(
     images: torch.Tensor,
     matrix: torch.Tensor,
@@ -93,41 +218,60 @@ def warp_images_opencv(
     interpolation: str = "bilinear",
     sizes: torch.Tensor | None = None,
     affine_only: bool = False,
+    source: TiledSource | None = None,
 ) -> torch.Tensor:
     """`_warp.warp_images` for uint8 CPU images with ``cv2.warpAffine`` / ``warpPerspective``.
 
-    A sample's valid region is passed as a view (``src[:h, :w]``), so pixels outside it read as
-    the constant border, as in the torch path. Returns channels_last uint8 images.
+    Each sample reads only the window of its source the output can reach (`source_windows`),
+    RGB staged as RGBA. A sample's valid region is its canvas, so pixels outside it read as the
+    constant border, as in the torch path. ``source`` replaces ``images`` with a `TiledSource`
+    (a `Mosaic` canvas that is never built). Returns channels_last uint8 images.
     """
     cv2 = _cv2()
-    batch, channels = images.shape[:2]
+    if source is None:
+        source = image_source(images, sizes)
+    batch, channels = len(source.tiles), source.channels
     out_h, out_w = out_size
-    src = _hwc(images)
     out = _empty_like_batch(batch, channels, out_h, out_w)
     dst = out.permute(0, 2, 3, 1).numpy()
     inverse = opencv_matrices(matrix)
-    regions = sizes.tolist() if sizes is not None else None
+    if source.crop:
+        windows = source_windows(inverse, out_size, source.sizes).tolist()
+    else:
+        windows = [[0, 0, w, h] for h, w in source.sizes]
     mode = cv2.INTER_LINEAR if interpolation == "bilinear" else cv2.INTER_NEAREST
     flags = mode | cv2.WARP_INVERSE_MAP
     border = (float(fill),) * 4
     perspective = not affine_only
+    staged = 4 if channels == 3 else channels
 
     def one(i: int) -> None:
-        image = src[i] if regions is None else src[i, : regions[i][0], : regions[i][1]]
-        target = _plane(dst[i])
+        x0, y0, x1, y1 = windows[i]
+        target = dst[i]
+        if x1 <= x0 or y1 <= y0:  # the output sees none of the canvas
+            target.fill(round(fill))
+            return
+        image = _read_window(source, i, (x0, y0, x1, y1), staged)
+        # Window coordinates: the inverse map followed by a shift of (-x0, -y0).
+        m = inverse[i].copy()
+        m[0] -= x0 * m[2]
+        m[1] -= y0 * m[2]
+        warped = _scratch("warped", (out_h, out_w, 4)) if staged == 4 else _plane(target)
         if perspective:
-            warp, m = cv2.warpPerspective, inverse[i]
+            warp, m = cv2.warpPerspective, m
         else:
-            warp, m = cv2.warpAffine, inverse[i, :2]
+            warp, m = cv2.warpAffine, m[:2]
         warp(
             _plane(image),
             m,
             (out_w, out_h),
-            dst=target,
+            dst=warped,
             flags=flags,
             borderMode=cv2.BORDER_CONSTANT,
             borderValue=border,
         )
+        if staged == 4:
+            cv2.cvtColor(warped, cv2.COLOR_RGBA2RGB, dst=target)
 
     _for_each_sample(batch, one)
     return out
