@@ -614,14 +614,18 @@ def open_dataset(path: str | os.PathLike[str], *, max_header_bytes: int = spec.M
                  **sharded_options: Any) -> Dataset:
     """Open a detfmt dataset for reading (cheap structural checks; see ``verify`` for all).
 
-    A 1.1 sharded root (a URL, or a directory with manifest.json and no header.json) opens as a
+    A 1.1 sharded root (a URL, or a directory with manifest.json) opens as a
     ``detfmt.shard.ShardedDataset`` with the same ``ds[i]`` / ``ds.batch`` API; ``sharded_options``
-    (storage_options, cache_dir, cache_limit, max_open) apply to it only.
+    (storage_options, cache_dir, cache_limit, max_open) apply to it only. A directory holding
+    both manifest.json and header.json is refused (``ROOT_LAYOUT``, SPEC.md S-1).
     """
     text = os.fspath(path)
-    if "://" in text or (not os.path.lexists(os.path.join(text, spec.HEADER_FILE))
-                         and os.path.isfile(os.path.join(text, "manifest.json"))):
+    if "://" in text or os.path.isfile(os.path.join(text, "manifest.json")):
+        from detfmt.shard.manifest import check_root_layout
         from detfmt.shard.sharded import open_sharded
+
+        if "://" not in text:
+            check_root_layout(text)  # S-1, before anything else is read
 
         return open_sharded(path, **sharded_options)  # type: ignore[return-value]
     if sharded_options:

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from detfmt.errors import FormatError, IntegrityError, LayoutError
 
-__all__ = ["ManifestError", "PackError", "SchemaMismatchError", "ShardChecksumError"]
+__all__ = [
+    "ManifestError",
+    "PackError",
+    "RootLayoutError",
+    "SchemaMismatchError",
+    "ShardChecksumError",
+]
 
 
 class ManifestError(FormatError):
@@ -17,6 +23,12 @@ class PackError(LayoutError):
     """A packed shard file's table of contents or member layout is invalid (S-9, S-10)."""
 
     default_rule = "PACK_LAYOUT"
+
+
+class RootLayoutError(LayoutError):
+    """A root holds both manifest.json and header.json: neither a 1.0 nor a 1.1 root (S-1)."""
+
+    default_rule = "ROOT_LAYOUT"
 
 
 class SchemaMismatchError(FormatError):

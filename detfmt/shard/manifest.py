@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from detfmt.errors import NotDetfmtError, UnsafePathError, UnsupportedVersionError
-from detfmt.shard.errors import ManifestError
+from detfmt.shard.errors import ManifestError, RootLayoutError
 
 __all__ = [
     "FORMAT_VERSION",
@@ -26,6 +26,7 @@ __all__ = [
     "Manifest",
     "Schema",
     "ShardInfo",
+    "check_root_layout",
     "decode_manifest",
     "encode_manifest",
     "publish_manifest",
@@ -88,6 +89,18 @@ class Manifest(_Strict):
     extensions: dict[str, Any] = {}
     writer: str = ""
     metadata: dict[str, str] = {}
+
+
+def check_root_layout(root: str | os.PathLike[str]) -> None:
+    """S-1: a local root holding manifest.json must not hold header.json (any entry of that name,
+    even a broken link), or a 1.0 reader and a 1.1 reader would read two different datasets."""
+    root = os.fspath(root)
+    if os.path.lexists(os.path.join(root, "header.json")):
+        raise RootLayoutError(
+            "the root holds both manifest.json and header.json; a root is either a 1.0 dataset "
+            "or a 1.1 sharded dataset",
+            path=root,
+        )
 
 
 def _check_path(path: str, where: str) -> None:

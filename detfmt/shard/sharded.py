@@ -20,7 +20,13 @@ import numpy as np
 from detfmt import errors, validate
 from detfmt.reader import NumpyBatch, Sample, SampleIndexError, normalize_index
 from detfmt.shard.errors import SchemaMismatchError, ShardChecksumError
-from detfmt.shard.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, Manifest, decode_manifest
+from detfmt.shard.manifest import (
+    MANIFEST_NAME,
+    MAX_MANIFEST_BYTES,
+    Manifest,
+    check_root_layout,
+    decode_manifest,
+)
 from detfmt.shard.order import EpochPlan, OrderState
 from detfmt.shard.packed import PackedDataset
 from detfmt.shard.write import is_url
@@ -94,6 +100,7 @@ class ShardedDataset(Sequence):
                     data = f.read(MAX_MANIFEST_BYTES + 1)
             except FileNotFoundError as error:
                 raise errors.DatasetNotFoundError("no manifest.json", path=where) from error
+            check_root_layout(self.root)  # S-1: never both a 1.0 and a 1.1 root
             self.manifest = decode_manifest(data, where)
             self._max_open = max_open or max(1, len(self.manifest.shards))
         self.shards = self.manifest.shards

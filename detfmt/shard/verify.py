@@ -15,8 +15,14 @@ from pathlib import Path
 import xxhash
 
 from detfmt import errors
-from detfmt.shard.errors import ManifestError, PackError, SchemaMismatchError, ShardChecksumError
-from detfmt.shard.manifest import read_manifest
+from detfmt.shard.errors import (
+    ManifestError,
+    PackError,
+    RootLayoutError,
+    SchemaMismatchError,
+    ShardChecksumError,
+)
+from detfmt.shard.manifest import check_root_layout, read_manifest
 from detfmt.shard.packed import PackedDataset
 from detfmt.validate import Violation
 from detfmt.verify import VerifyReport
@@ -33,6 +39,7 @@ _ERRORS: dict[str, type[errors.FormatError]] = {
     "PACK_LAYOUT": PackError,
     "MANIFEST_SCHEMA": ManifestError,
     "SHARD_INDEXING": ManifestError,
+    "ROOT_LAYOUT": RootLayoutError,
 }
 
 
@@ -78,6 +85,7 @@ def verify_sharded(root: str | os.PathLike[str], *, raise_on_error: bool = True)
     root_path = Path(root)
     report = VerifyReport(path=root_path)
     try:
+        check_root_layout(root_path)
         manifest = read_manifest(root_path)
     except errors.FormatError as error:
         report.add(
