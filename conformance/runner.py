@@ -26,6 +26,7 @@ class Case:
     kind: str  # "valid" or "invalid"
     path: Path
     description: str
+    format_version: str = "1.0"  # "1.1": a sharded root (SPEC.md section 19)
     rule: str | None = None  # invalid cases: the rule id the reader must report
     expected: Path | None = None  # valid cases: the expected-output sidecar
     grow: dict[str, Any] | None = None
@@ -34,9 +35,11 @@ class Case:
 def load_cases(root: Path = ROOT) -> list[Case]:
     catalog = json.loads((root / "cases.json").read_text(encoding="utf-8"))
     cases = [Case(id=c["id"], kind="valid", path=root / c["path"], description=c["description"],
-                  expected=root / c["expected"]) for c in catalog["valid"]]
+                  format_version=c.get("format_version", "1.0"), expected=root / c["expected"])
+             for c in catalog["valid"]]
     cases += [Case(id=c["id"], kind="invalid", path=root / c["path"],
-                   description=c["description"], rule=c["rule"], grow=c.get("grow"))
+                   description=c["description"], format_version=c.get("format_version", "1.0"),
+                   rule=c["rule"], grow=c.get("grow"))
               for c in catalog["invalid"]]
     return cases
 
@@ -75,11 +78,13 @@ def _pixels_problem(expected: dict[str, Any], pixels: bytes) -> str | None:
 
 def check_dump(dump: Any, expected: dict[str, Any]) -> list[str]:
     """Every way ``dump`` departs from the expected output (empty when it conforms)."""
-    if not isinstance(dump, dict) or set(dump) != {"header", "samples"}:
-        return ["the dump must be an object with exactly 'header' and 'samples'"]
+    # 1.0 datasets: {"header", "samples"}; 1.1 sharded roots: {"manifest", "samples"}
+    if not isinstance(dump, dict) or set(dump) != set(expected):
+        return [f"the dump must be an object with exactly {sorted(expected)}"]
     problems = []
-    if dump["header"] != expected["header"]:
-        problems.append("header differs from header.json")
+    for key in sorted(set(expected) - {"samples"}):
+        if dump[key] != expected[key]:
+            problems.append(f"{key} differs from {key}.json")
     samples = dump["samples"]
     if not isinstance(samples, list) or len(samples) != len(expected["samples"]):
         return [*problems, f"expected {len(expected['samples'])} samples"]

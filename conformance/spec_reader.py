@@ -1,4 +1,5 @@
-"""A second detfmt 1.0 reader, written from SPEC.md alone (it does not import detfmt).
+"""A second detfmt reader (1.0 datasets and 1.1 sharded roots), written from SPEC.md alone
+(it does not import detfmt).
 
 It exists to keep SPEC.md, the goldens and the reference implementation honest: the conformance
 suite must pass against both readers. It is deliberately simple (whole files read into memory,
@@ -19,6 +20,7 @@ import re
 import stat
 import struct
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -103,9 +105,14 @@ def _no_constant(name: str) -> None:
 def parse_header(root: str) -> dict[str, Any]:
     require(os.path.exists(root), "HEADER_MISSING")
     require(os.path.isdir(root), "NOT_DETFMT")
-    data = read_member(root, "header.json")
+    return parse_header_bytes(read_member(root, "header.json"))
+
+
+def parse_header_bytes(data: bytes | None) -> dict[str, Any]:
+    """§5 and §14 on the bytes of header.json (a file, or a member of a shard, §19.4)."""
     require(data is not None, "HEADER_MISSING")
     assert data is not None
+    require(len(data) <= MIB, "HEADER_TOO_LARGE")
     require(data and not data.startswith(b"\xef\xbb\xbf"), "HEADER_ENCODING")
     try:
         text = data.decode("utf-8")
@@ -427,9 +434,16 @@ def decode_zstd(payload: bytes, expected: int) -> bytes:
 def open_dataset(root: str) -> tuple[dict[str, Any], dict[str, bytes], dict[str, np.ndarray]]:
     """The open checks (§12 steps 1-5)."""
     header = parse_header(root)
+    files, arrays = open_members(header, lambda name: read_member(root, name))
+    return header, files, arrays
+
+
+def open_members(header: dict[str, Any], get: Callable[[str], bytes | None],
+                 ) -> tuple[dict[str, bytes], dict[str, np.ndarray]]:
+    """§12 steps 2-5 on the member files that ``get`` returns by name (None: absent)."""
     files: dict[str, bytes] = {}
     for name in sorted(header["files"]):
-        data = read_member(root, name)
+        data = get(name)
         require(data is not None, "FILE_MISSING")
         assert data is not None
         require(len(data) == header["files"][name]["size"],
@@ -442,7 +456,7 @@ def open_dataset(root: str) -> tuple[dict[str, Any], dict[str, bytes], dict[str,
     require(((counts >= 0) & (counts <= header["max_boxes"])).all(), "COUNT_RANGE")
     if "file_name" in header.get("image_fields", []):
         check_strings(arrays["file_name.offsets.npy"], len(files["file_name.bin"]))
-    return header, files, arrays
+    return files, arrays
 
 
 def check_labels(header: dict[str, Any], arrays: dict[str, np.ndarray], i: int) -> None:
@@ -488,7 +502,15 @@ def sha256(data: bytes) -> str:
 
 def dump(root: str) -> dict[str, Any]:
     """Open, verify everything, and return the canonical dump (conformance/README.md)."""
+    if os.path.isdir(root) and os.path.lexists(os.path.join(root, "manifest.json")):
+        return dump_sharded(root)  # §19: a root holding manifest.json is a sharded root
     header, files, arrays = open_dataset(root)
+    return {"header": header, "samples": verify_samples(header, files, arrays)}
+
+
+def verify_samples(header: dict[str, Any], files: dict[str, bytes],
+                   arrays: dict[str, np.ndarray]) -> list[dict[str, Any]]:
+    """§12 steps 6-7 (every check of verification) and the dump of each sample."""
     for name, info in header["files"].items():
         require(xxhash.xxh3_64_hexdigest(files[name]) == info["xxh3_64"], "FILE_CHECKSUM")
     index, blob = arrays["index.npy"], files["images.bin"]
@@ -520,7 +542,189 @@ def dump(root: str) -> dict[str, Any]:
                            for f in header.get("box_fields", [])},
             "image_fields": image_fields(header, files, arrays, i),
         })
-    return {"header": header, "samples": samples}
+    return samples
+
+
+# --------------------------------------------------------------------------- sharded roots (§19)
+
+MANIFEST_LIMIT = 64 * MIB
+HEX16 = re.compile(r"[0-9a-f]{16}")
+HEX32 = re.compile(r"[0-9a-f]{32}")
+#: §19.3: key -> (required, check); optional keys may be absent.
+MANIFEST_KEYS: dict[str, tuple[bool, Callable[[Any], bool]]] = {
+    "format": (True, lambda v: isinstance(v, str)),
+    "version": (True, lambda v: isinstance(v, str)),
+    "required_features": (True, lambda v: isinstance(v, list)
+                          and all(isinstance(f, str) for f in v)),
+    "extensions": (False, lambda v: isinstance(v, dict)),
+    "write_id": (True, lambda v: isinstance(v, str)),  # its syntax: after S-4 (§19 order)
+    "num_samples": (True, lambda v: is_int(v) and v >= 0),
+    "schema": (True, lambda v: isinstance(v, dict)),
+    "shards": (True, lambda v: isinstance(v, list)),
+    "writer": (False, lambda v: isinstance(v, str)),
+    "metadata": (False, lambda v: isinstance(v, dict)
+                 and all(isinstance(x, str) for x in v.values())),
+}
+SCHEMA_KEYS: dict[str, tuple[bool, Callable[[Any], bool]]] = {
+    "codec": (True, lambda v: v in ("raw", "zstd", "jpeg", "png", "mixed")),
+    "classes": (True, lambda v: isinstance(v, list) and all(
+        _object(c, {"name": (True, lambda n: isinstance(n, str)),
+                    "source_id": (False, lambda s: s is None or is_int(s))}) for c in v)),
+    "box_fields": (False, lambda v: isinstance(v, list) and all(
+        _object(f, {"name": (True, lambda n: isinstance(n, str)),
+                    "dtype": (True, lambda d: d in ("|u1", "<i4", "<f4"))}) for f in v)),
+    "image_fields": (False, lambda v: isinstance(v, list) and all(isinstance(f, str) for f in v)),
+    "fixed_shape": (False, lambda v: v is None or (isinstance(v, list)
+                                                   and all(is_int(x) for x in v))),
+    "max_side": (False, lambda v: v is None or is_int(v)),
+}
+SHARD_KEYS: dict[str, tuple[bool, Callable[[Any], bool]]] = {
+    "path": (True, lambda v: isinstance(v, str)),
+    "key": (True, lambda v: isinstance(v, str)),
+    "num_samples": (True, lambda v: is_int(v) and v >= 0),
+    "first_index": (True, lambda v: is_int(v) and v >= 0),
+    "bytes": (True, lambda v: is_int(v) and v > 0),
+    "xxh3_64": (True, lambda v: isinstance(v, str)),
+    "max_boxes": (True, lambda v: is_int(v) and v >= 0),
+}
+
+
+def _object(value: Any, keys: dict[str, tuple[bool, Callable[[Any], bool]]]) -> bool:
+    """A JSON object with no unknown key, every required key, and valid values."""
+    return (isinstance(value, dict) and set(value) <= set(keys)
+            and all(name in value for name, (needed, _) in keys.items() if needed)
+            and all(check(value[name]) for name, (_, check) in keys.items() if name in value))
+
+
+def _unique_pairs(rule: str) -> Callable[[list[tuple[str, Any]]], dict[str, Any]]:
+    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in pairs:
+            require(key not in out, rule)
+            out[key] = value
+        return out
+    return hook
+
+
+def _json(data: bytes, rule: str) -> Any:
+    try:
+        return json.loads(data.decode("utf-8"), object_pairs_hook=_unique_pairs(rule),
+                          parse_constant=lambda _: require(False, rule))
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:
+        raise Reject(rule) from error
+
+
+def read_regular(path: str, limit: int | None = None, limit_rule: str = "") -> bytes | None:
+    """A regular file's bytes (None if absent); symlinks and non-files are PATH_UNSAFE."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise Reject("PATH_UNSAFE") from error
+    with os.fdopen(fd, "rb") as file:
+        info = os.fstat(fd)
+        require(stat.S_ISREG(info.st_mode), "PATH_UNSAFE")
+        require(limit is None or info.st_size <= limit, limit_rule)
+        return file.read()
+
+
+def parse_manifest(root: str) -> dict[str, Any]:
+    """S-3 .. S-6."""
+    data = read_regular(os.path.join(root, "manifest.json"), MANIFEST_LIMIT, "MANIFEST_SCHEMA")
+    require(data is not None, "HEADER_MISSING")
+    assert data is not None
+    manifest = _json(data, "MANIFEST_SCHEMA")
+    require(isinstance(manifest, dict), "MANIFEST_SCHEMA")
+    require(manifest.get("format") == "detfmt", "NOT_DETFMT")
+    require(_object(manifest, MANIFEST_KEYS) and _object(manifest["schema"], SCHEMA_KEYS)
+            and all(_object(entry, SHARD_KEYS) for entry in manifest["shards"]),
+            "MANIFEST_SCHEMA")
+    require(manifest["version"] == "1.1", "VERSION_UNSUPPORTED")  # the one minor with shards
+    require(set(manifest["required_features"]) <= {"sharded"}, "FEATURE_UNSUPPORTED")
+    require("sharded" in manifest["required_features"]
+            and HEX32.fullmatch(manifest["write_id"]) is not None
+            and all(HEX16.fullmatch(entry["xxh3_64"]) for entry in manifest["shards"]),
+            "MANIFEST_SCHEMA")
+    paths: set[str] = set()
+    for entry in manifest["shards"]:
+        path = entry["path"]
+        require(path and "\\" not in path and not path.startswith("/")
+                and all(part not in ("", ".", "..") for part in path.split("/"))
+                and path not in paths, "PATH_UNSAFE")
+        paths.add(path)
+    first = 0
+    for entry in manifest["shards"]:
+        require(entry["first_index"] == first, "SHARD_INDEXING")
+        first += entry["num_samples"]
+    require(manifest["num_samples"] == first, "SHARD_INDEXING")
+    return manifest
+
+
+def unpack(data: bytes) -> dict[str, bytes]:
+    """S-9 and S-10: the members of a shard file, by name."""
+    require(len(data) >= 16 and data[:8] == b"DETFMTPK", "PACK_MAGIC")
+    version, length = struct.unpack("<II", data[8:16])
+    require(version == 1, "VERSION_UNSUPPORTED")
+    require(length <= MIB and 16 + length <= len(data), "PACK_LAYOUT")
+    toc = _json(data[16:16 + length], "PACK_LAYOUT")
+    require(isinstance(toc, dict) and set(toc) == {"members"} and isinstance(toc["members"], list),
+            "PACK_LAYOUT")
+    members: dict[str, bytes] = {}
+    end = 16 + length
+    for member in toc["members"]:
+        require(isinstance(member, dict) and set(member) == {"name", "offset", "size"}
+                and isinstance(member["name"], str) and is_int(member["offset"])
+                and is_int(member["size"]) and member["size"] >= 0, "PACK_LAYOUT")
+        name, offset, size = member["name"], member["offset"], member["size"]
+        require(name and "/" not in name and name not in members, "PACK_LAYOUT")
+        require(offset == align64(end) and offset + size <= len(data), "PACK_LAYOUT")
+        require(not any(data[end:offset]), "PACK_LAYOUT")  # the gap before it is zero
+        members[name] = data[offset:offset + size]
+        end = offset + size
+    require("header.json" in members and end == len(data), "PACK_LAYOUT")
+    return members
+
+
+def check_consistent(schema: dict[str, Any], entry: dict[str, Any],
+                     header: dict[str, Any]) -> None:
+    """S-8: the shard's 1.0 header agrees with the manifest schema and its shard entry."""
+    def classes(items: list[dict[str, Any]]) -> list[tuple[str, Any]]:
+        return [(item["name"], item.get("source_id")) for item in items]
+
+    def fields(items: list[dict[str, Any]]) -> list[tuple[str, str]]:
+        return [(item["name"], item["dtype"]) for item in items]
+
+    image = header["image"]
+    used = {name for name, count in image.get("codecs", {}).items() if count}
+    require(classes(header["classes"]) == classes(schema["classes"])
+            and fields(header.get("box_fields", [])) == fields(schema.get("box_fields", []))
+            and header.get("image_fields", []) == schema.get("image_fields", [])
+            and schema.get("fixed_shape") in (None, image.get("fixed_shape"))
+            and image.get("max_side") == schema.get("max_side")
+            and (schema["codec"] == "mixed" or used <= {schema["codec"]})
+            and header["num_samples"] == entry["num_samples"]
+            and header["max_boxes"] == entry["max_boxes"], "SCHEMA_MISMATCH")
+
+
+def dump_sharded(root: str) -> dict[str, Any]:
+    """Open and verify a sharded root (§19) shard by shard; dump its samples in global order."""
+    require(not os.path.lexists(os.path.join(root, "header.json")), "ROOT_LAYOUT")  # S-1
+    manifest = parse_manifest(root)
+    samples: list[dict[str, Any]] = []
+    for entry in manifest["shards"]:  # S-2: the manifest alone names the shards
+        data = read_regular(os.path.join(root, *entry["path"].split("/")))
+        require(data is not None, "FILE_MISSING")
+        assert data is not None
+        require(len(data) == entry["bytes"], "SHARD_SIZE")
+        require(xxhash.xxh3_64_hexdigest(data) == entry["xxh3_64"], "SHARD_CHECKSUM")
+        members = unpack(data)
+        header = parse_header_bytes(members["header.json"])
+        files, arrays = open_members(header, members.get)
+        require(set(members) == {"header.json", *header["files"]}, "PACK_LAYOUT")
+        check_consistent(manifest["schema"], entry, header)
+        samples += verify_samples(header, files, arrays)
+    return {"manifest": manifest, "samples": samples}
 
 
 def main(argv: list[str] | None = None) -> int:

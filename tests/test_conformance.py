@@ -61,12 +61,54 @@ def test_goldens_are_what_the_generator_writes() -> None:
     assert make_conformance.differences() == []
 
 
+def _suite_bytes(name: str) -> int:
+    files = [path for path in (REPO / "conformance" / name).rglob("*") if path.is_file()]
+    return sum(path.stat().st_size for path in files)
+
+
 def test_suite_is_small_and_complete() -> None:
-    files = [path for path in (REPO / "conformance" / "v1").rglob("*") if path.is_file()]
-    assert sum(path.stat().st_size for path in files) < 1_000_000
+    assert _suite_bytes("v1") < 1_000_000
+    assert _suite_bytes("v1_1") < 300_000
     assert len({case.id for case in CASES}) == len(CASES)
     for case in VALID:
         assert case.path.is_dir() and case.expected.is_file()
+    for case in CASES:
+        sharded = (case.path / "manifest.json").is_file()
+        assert sharded == (case.format_version == "1.1"), case.id
+        assert case.path.parent.parent.name == ("v1_1" if sharded else "v1"), case.id
+
+
+# Every rule of SPEC.md section 19 that a reader reports, and the 1.0 rules a shard can break.
+SHARDED_RULES = {
+    "ROOT_LAYOUT", "MANIFEST_SCHEMA", "NOT_DETFMT", "VERSION_UNSUPPORTED", "FEATURE_UNSUPPORTED",
+    "SHARD_INDEXING", "PATH_UNSAFE", "FILE_MISSING", "SHARD_SIZE", "SHARD_CHECKSUM",
+    "SCHEMA_MISMATCH", "PACK_MAGIC", "PACK_LAYOUT", "CHECKSUM", "BOX_OUT_OF_IMAGE",
+}
+
+
+def test_sharded_cases_cover_section_19() -> None:
+    rules = {case.rule for case in INVALID if case.format_version == "1.1"}
+    assert rules == SHARDED_RULES
+    valid = {case.id: _expected(case) for case in VALID if case.format_version == "1.1"}
+    assert {"sharded", "sharded_empty_shard", "sharded_no_shards", "sharded_orphans"} <= set(valid)
+    # the cases still exercise what they are named for
+    shards = valid["sharded"]["manifest"]["shards"]
+    assert len(shards) == 3 and len({shard["max_boxes"] for shard in shards}) == 3  # S-12
+    assert len({(s["height"], s["width"]) for s in valid["sharded"]["samples"]}) > 3
+    assert 0 in [s["num_samples"] for s in valid["sharded_empty_shard"]["manifest"]["shards"]]
+    assert valid["sharded_no_shards"]["manifest"]["shards"] == []
+    orphans = REPO / "conformance" / "v1_1" / "valid" / "sharded_orphans" / "shards"
+    named = {shard["path"] for shard in valid["sharded_orphans"]["manifest"]["shards"]}
+    assert {f"shards/{p.name}" for p in orphans.iterdir()} - named  # files it must not read
+
+
+def test_generator_and_spec_reader_do_not_import_detfmt() -> None:
+    code = ("import sys; sys.path[:0] = ['tools', '.']; import make_conformance; "
+            "import conformance.spec_reader; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'detfmt'))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                          timeout=120, check=True)
+    assert done.stdout.strip() == "[]"
 
 
 def test_check_dump_rejects_wrong_answers() -> None:
@@ -79,6 +121,23 @@ def test_check_dump_rejects_wrong_answers() -> None:
         lambda d: d["samples"].pop(),
         lambda d: d["header"].__setitem__("max_boxes", 9),
         lambda d: d["samples"][2].__setitem__("count", 2),
+    ):
+        bad = copy.deepcopy(good)
+        mutate(bad)
+        assert check_dump(bad, _expected(case)) != []
+
+
+def test_check_dump_rejects_wrong_sharded_answers() -> None:
+    case = next(case for case in VALID if case.id == "sharded")
+    good = json.loads(json.dumps(canonical_dump(case.path)))
+    assert set(good) == {"manifest", "samples"}
+    assert check_dump(good, _expected(case)) == []
+    for mutate in (
+        lambda d: d.__setitem__("header", d.pop("manifest")),  # a 1.0-shaped answer
+        lambda d: d["manifest"]["shards"][1].__setitem__("max_boxes", 9),
+        lambda d: d["samples"].insert(3, d["samples"].pop(2)),  # global order across shards
+        lambda d: d["samples"][4]["box_fields"].__setitem__("iscrowd", "0" * 64),
+        lambda d: d["samples"][7]["image_fields"].__setitem__("source_id", 0),
     ):
         bad = copy.deepcopy(good)
         mutate(bad)
@@ -100,10 +159,11 @@ def test_command_protocol_end_to_end() -> None:
     reader = f"{sys.executable} -m conformance.detfmt_reader"
     done = subprocess.run(
         [sys.executable, "-m", "conformance", "--reader", reader, "--json",
-         "--case", "mixed_codecs", "--case", "checksum", "--case", "header_too_large"],
+         "--case", "mixed_codecs", "--case", "checksum", "--case", "header_too_large",
+         "--case", "sharded", "--case", "root_both_layouts"],
         cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert json.loads(done.stdout) == {"passed": 3, "failed": {}}
+    assert json.loads(done.stdout) == {"passed": 5, "failed": {}}
     broken = f"{sys.executable} -c print(1)"
     done = subprocess.run([sys.executable, "-m", "conformance", "--reader", broken,
                            "--case", "checksum"], cwd=REPO, capture_output=True, text=True,

@@ -1,11 +1,13 @@
-"""Generate the detfmt 1.0 conformance suite under conformance/v1 (deterministic, byte-exact).
+"""Generate the detfmt conformance suite: 1.0 under conformance/v1, 1.1 (sharded) under v1_1.
+
+Deterministic and byte-exact.
 
 This is an independent writer built from SPEC.md alone: it does not import detfmt, so the
 suite checks the reference implementation instead of echoing it. Payloads come from
 ``conformance_payloads`` (hand-built zstd/PNG, frozen JPEG), so the output does not depend on the
 installed Pillow or libzstd.
 
-    python tools/make_conformance.py            # write conformance/v1 and conformance/cases.json
+    python tools/make_conformance.py            # write conformance/v1, v1_1 and cases.json
     python tools/make_conformance.py --check    # exit 1 if the committed files differ
 
 Released cases are frozen: change a case only together with a SPEC change log entry.
@@ -16,6 +18,7 @@ from __future__ import annotations
 import argparse
 import base64
 import hashlib
+import itertools
 import json
 import shutil
 import sys
@@ -212,8 +215,13 @@ def sha256(data: bytes) -> str:
 def expected(dataset: Dataset) -> dict:
     """The expected canonical dump (conformance/README.md), with JPEG pixels as a tolerance."""
     header = json.loads(dataset.header_bytes())
+    return {"header": header, "samples": sample_records(dataset.samples, header)}
+
+
+def sample_records(samples: list[Sample], header: dict) -> list[dict]:
+    """The expected dump of each sample; ``header`` (or a manifest schema) names the fields."""
     out = []
-    for sample in dataset.samples:
+    for sample in samples:
         k = len(sample.boxes)
         record: dict = {
             "height": int(sample.image.shape[0]),
@@ -243,7 +251,7 @@ def expected(dataset: Dataset) -> dict:
             image_fields[name] = list(value) if isinstance(value, tuple) else value
         record["image_fields"] = image_fields
         out.append(record)
-    return {"header": header, "samples": out}
+    return out
 
 
 # --------------------------------------------------------------------------- valid cases
@@ -959,6 +967,391 @@ def _drop_reserved(index: np.ndarray) -> np.ndarray:
     return out
 
 
+# --------------------------------------------------------------------------- 1.1: sharded roots
+
+PACK_MAGIC = b"DETFMTPK"
+PACK_PREFIX = 16  # magic, <u4 pack version, <u4 T
+
+
+def dataset_members(dataset: Dataset) -> list[tuple[str, bytes]]:
+    """A 1.0 dataset's files in the order S-11 prescribes: header.json (compact JSON, to keep
+    the suite small), then the other members sorted by name."""
+    header = dataset.header_raw
+    if header is None:
+        header = json.dumps(dataset.header, ensure_ascii=False, separators=(",", ":")).encode()
+    return [("header.json", header), *sorted(dataset.files.items())]
+
+
+def pack_members(members: list[tuple[str, bytes]], *, shift: dict[str, int] | None = None,
+                 version: int = 1) -> bytes:
+    """A shard file (SPEC §19.4): prefix, TOC, each member at align64 of the previous end.
+
+    ``shift`` starts the named members that many bytes late (a hole, for invalid cases). The TOC
+    length moves the members, which can lengthen the TOC: iterate to the fixed point.
+    """
+    toc, toc_len, placed = b"", -1, []
+    while len(toc) != toc_len:
+        toc_len = len(toc)
+        position = align(PACK_PREFIX + toc_len)
+        placed = []
+        for name, data in members:
+            position += (shift or {}).get(name, 0)
+            placed.append({"name": name, "offset": position, "size": len(data)})
+            position = align(position + len(data))
+        toc = json.dumps({"members": placed}, separators=(",", ":")).encode()
+    out = bytearray(PACK_MAGIC + version.to_bytes(4, "little") + len(toc).to_bytes(4, "little"))
+    out += toc
+    for entry, (_, data) in zip(placed, members, strict=True):
+        out += bytes(entry["offset"] - len(out)) + data
+    return bytes(out)
+
+
+def pack_toc(data: bytes) -> list[dict]:
+    """The members of a (valid) shard file's table of contents."""
+    length = int.from_bytes(data[12:16], "little")
+    return json.loads(data[PACK_PREFIX:PACK_PREFIX + length])["members"]
+
+
+@dataclass
+class Root:
+    """A sharded (1.1) root as bytes in memory: manifest.json, shard files and other files."""
+
+    manifest: dict
+    files: dict[str, bytes | None]  # relative POSIX path -> bytes (None: not written)
+    samples: list[Sample]  # in global order (the expected dump)
+    datasets: list[Dataset]  # the 1.0 dataset packed in each shard
+    manifest_raw: bytes | None = None  # replaces the encoded manifest (invalid cases)
+
+    def manifest_bytes(self) -> bytes:
+        if self.manifest_raw is not None:
+            return self.manifest_raw
+        return _dump(self.manifest)
+
+    def shard(self, k: int) -> dict:
+        return self.manifest["shards"][k]
+
+    def reseal(self, k: int) -> Root:
+        """Recompute shard k's ``bytes`` and ``xxh3_64`` from its file (only one rule breaks)."""
+        data = self.files[self.shard(k)["path"]]
+        assert data is not None
+        self.shard(k)["bytes"] = len(data)
+        self.shard(k)["xxh3_64"] = xxhash.xxh3_64_hexdigest(data)
+        return self
+
+    def edit_shard(self, k: int, transform: Callable[[bytes], bytes]) -> Root:
+        path = self.shard(k)["path"]
+        data = self.files[path]
+        assert data is not None
+        self.files[path] = transform(data)
+        return self.reseal(k)
+
+    def repack(self, k: int, members: list[tuple[str, bytes]], **options: object) -> Root:
+        return self.edit_shard(k, lambda _: pack_members(members, **options))  # type: ignore[arg-type]
+
+    def write(self, directory: Path) -> None:
+        directory.mkdir(parents=True)
+        files = {"manifest.json": self.manifest_bytes(), **self.files}
+        for name, data in sorted(files.items()):
+            if data is None:
+                continue
+            target = directory / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+
+
+def build_root(parts: Sequence[tuple[str, list[Sample]]],
+               classes: Sequence[tuple[str, int | None]] = CLASSES, *,
+               box_fields: Sequence[tuple[str, str]] = (), image_fields: Sequence[str] = (),
+               fixed_shape: tuple[int, int, int] | None = None, max_side: int | None = None,
+               codec: str | None = None,
+               shard_classes: dict[int, Sequence[tuple[str, int | None]]] | None = None) -> Root:
+    """Lay out a valid sharded root exactly as SPEC §19 prescribes: one packed 1.0 dataset per
+    (key, samples) part, each padded to its own max_boxes (S-12), and the manifest naming them."""
+    datasets = [build(samples, (shard_classes or {}).get(k, classes), box_fields=box_fields,
+                      image_fields=image_fields, fixed_shape=fixed_shape, max_side=max_side)
+                for k, (_, samples) in enumerate(parts)]
+    used = {sample.codec for _, samples in parts for sample in samples}
+    if codec is None:
+        codec = used.pop() if len(used) == 1 else "mixed"
+    files: dict[str, bytes | None] = {}
+    shards = []
+    first = 0
+    for (key, samples), dataset in zip(parts, datasets, strict=True):
+        path = f"shards/part-{key}.detfmt"
+        data = files[path] = pack_members(dataset_members(dataset))
+        shards.append({"path": path, "key": key, "num_samples": len(samples),
+                       "first_index": first, "bytes": len(data),
+                       "xxh3_64": xxhash.xxh3_64_hexdigest(data),
+                       "max_boxes": dataset.header["max_boxes"]})
+        first += len(samples)
+    write_id = xxhash.xxh3_128_hexdigest(b"".join(
+        json.dumps(shard, sort_keys=True).encode() for shard in shards))
+    manifest = {
+        "format": "detfmt",
+        "version": "1.1",
+        "required_features": ["sharded"],
+        "extensions": {},
+        "write_id": write_id,
+        "num_samples": first,
+        "schema": {
+            "codec": codec,
+            "classes": [{"name": name, "source_id": source} for name, source in classes],
+            "box_fields": [{"name": name, "dtype": dtype} for name, dtype in box_fields],
+            "image_fields": list(image_fields),
+            "fixed_shape": list(fixed_shape) if fixed_shape else None,
+            "max_side": max_side,
+        },
+        "shards": shards,
+        "writer": WRITER,
+        "metadata": {},
+    }
+    samples = [sample for _, part in parts for sample in part]
+    return Root(manifest, files, samples, datasets)
+
+
+def expected_root(root: Root) -> dict:
+    """The expected canonical dump of a sharded root: the manifest and every sample in global
+    order (conformance/README.md)."""
+    manifest = json.loads(root.manifest_bytes())
+    return {"manifest": manifest, "samples": sample_records(root.samples, manifest["schema"])}
+
+
+def _boxed(height: int, width: int, seed: int, count: int, codec: str = "raw",
+           fields: bool = False) -> Sample:
+    """A sample with ``count`` distinct boxes inside its image (and per-box/per-image fields)."""
+    boxes = [[(j % width) * 0.5, (j % height) * 0.25, width - j % 2, height - (j % 3) * 0.25]
+             for j in range(count)]
+    sample = Sample(pattern(height, width, seed), codec, boxes=boxes,
+                    classes=[(seed + j) % 3 for j in range(count)])
+    if fields:
+        sample.box_fields = {"iscrowd": [j % 2 for j in range(count)]}
+        sample.source_id = seed * 1000 + 7
+        sample.file_name = f"img-{seed:03d}.png" if seed % 2 else f"dossier/é-{seed}.jpg"
+    return sample
+
+
+def case_sharded() -> Root:
+    return build_root([
+        ("00000", [_boxed(4, 6, 60, 2, fields=True), _boxed(3, 5, 61, 1, fields=True),
+                   _boxed(2, 3, 62, 0, fields=True)]),
+        ("00001", [_boxed(5, 4, 63, 4, fields=True), _boxed(6, 6, 64, 1, fields=True)]),
+        ("00002", [_boxed(3, 3, 65, 0, fields=True), _boxed(1, 2, 66, 1, fields=True),
+                   _boxed(4, 4, 67, 0, fields=True)]),
+    ], box_fields=[("iscrowd", "|u1")], image_fields=["source_id", "file_name"])
+
+
+def case_sharded_empty_shard() -> Root:
+    return build_root([
+        ("a", [_boxed(3, 4, 68, 1), _boxed(2, 2, 69, 2)]),
+        ("b", []),
+        ("c", [_boxed(4, 3, 70, 3)]),
+    ])
+
+
+def case_sharded_no_shards() -> Root:
+    return build_root([], codec="raw")
+
+
+def case_sharded_orphans() -> Root:
+    """Files the manifest does not name: a stray shard, a failed write's leftovers, a temporary
+    manifest."""
+    root = build_root([("00000", [_boxed(3, 3, 71, 1)]), ("00001", [_boxed(2, 5, 72, 2)])])
+    stray = pack_members(dataset_members(build([_boxed(9, 9, 73, 1)], CLASSES)))
+    root.files["shards/part-00002.detfmt"] = stray[:-1]  # truncated: a reader must not look
+    root.files["shards/.part-00001.detfmt.tmp-5e1f"] = b"DETFMTPK\x07"
+    root.files[".manifest.x1y2.tmp"] = b'{"format": "detfmt", "shards": ['
+    root.files["shards/notes.txt"] = b"not part of the dataset\n"
+    return root
+
+
+def case_sharded_mixed_codecs() -> Root:
+    jpeg = Sample(payloads.jpeg_source(5, 7), "jpeg", payload=payloads.FROZEN_JPEG[5, 7],
+                  boxes=[[0, 0, 7, 5]], classes=[1])
+    return build_root([
+        ("0", [_boxed(3, 4, 74, 1, "zstd"), _boxed(4, 3, 75, 2, "png")]),
+        ("1", [jpeg, _boxed(2, 2, 76, 0, "raw")]),
+    ])
+
+
+def case_sharded_fixed_shape() -> Root:
+    return build_root([
+        ("0", [_boxed(5, 7, 77, 1), _boxed(5, 7, 78, 3)]),
+        ("1", [_boxed(5, 7, 79, 0), _boxed(5, 7, 80, 2)]),
+    ], fixed_shape=(5, 7, 3), max_side=7)
+
+
+VALID_1_1: dict[str, tuple[Callable[[], Root], str]] = {
+    "sharded": (case_sharded, "3 shards of 3, 2 and 3 samples with max_boxes 2, 4 and 1, "
+                "variable image sizes, a box field and image fields"),
+    "sharded_empty_shard": (case_sharded_empty_shard, "a shard with num_samples 0 between two "
+                            "others"),
+    "sharded_no_shards": (case_sharded_no_shards, "a manifest with no shards and num_samples 0"),
+    "sharded_orphans": (case_sharded_orphans, "files the manifest does not name (a truncated "
+                        "stray shard, temporary files) are ignored"),
+    "sharded_mixed_codecs": (case_sharded_mixed_codecs, "schema codec mixed: zstd and png in one "
+                             "shard, jpeg and raw in the other"),
+    "sharded_fixed_shape": (case_sharded_fixed_shape, "schema fixed_shape [5, 7, 3] and max_side "
+                            "7 in every shard"),
+}
+
+
+def base_root() -> Root:
+    """The base of the 1.1 invalid cases: two raw shards of two samples, with boxes in both."""
+    return build_root([
+        ("00000", [_boxed(4, 6, 81, 2), _boxed(3, 5, 82, 1)]),
+        ("00001", [_boxed(2, 3, 83, 0), _boxed(3, 4, 84, 3)]),
+    ])
+
+
+def edit_manifest(root: Root, edit: Callable[[dict], object]) -> Root:
+    edit(root.manifest)
+    return root
+
+
+def _drop_shard_file(root: Root) -> Root:
+    root.files[root.shard(1)["path"]] = None
+    return root
+
+
+def _flip_hex(value: str) -> str:
+    return f"{int(value, 16) ^ 1:016x}"
+
+
+def _gap_byte(data: bytes) -> bytes:
+    """Set the last zero byte before the first member that follows a gap to 0x01."""
+    members = pack_toc(data)
+    for before, after in itertools.pairwise(members):
+        if before["offset"] + before["size"] < after["offset"]:
+            at = after["offset"] - 1
+            return data[:at] + b"\x01" + data[at + 1:]
+    raise ValueError("no gap between members")
+
+
+def _repack_members(edit: Callable[[list[tuple[str, bytes]]], list[tuple[str, bytes]]],
+                    k: int = 0, **options: object) -> Callable[[], Root]:
+    def case() -> Root:
+        root = base_root()
+        return root.repack(k, edit(dataset_members(root.datasets[k])), **options)
+    return case
+
+
+def _duplicate_path(root: Root) -> Root:
+    first, second = root.shard(0), root.shard(1)
+    second.update(path=first["path"], num_samples=first["num_samples"], bytes=first["bytes"],
+                  xxh3_64=first["xxh3_64"], max_boxes=first["max_boxes"])
+    root.manifest["num_samples"] = 2 * first["num_samples"]
+    return root
+
+
+def _both_layouts(root: Root) -> Root:
+    dataset = base_raw()
+    root.files.update({"header.json": dataset.header_bytes(), **dataset.files})
+    return root
+
+
+def _other_classes() -> Root:
+    parts = [("00000", [_boxed(4, 6, 81, 2)]), ("00001", [_boxed(3, 4, 84, 3)])]
+    return build_root(parts, shard_classes={1: [("cat", 17), ("wolf", 18), ("person", 1)]})
+
+
+def _inner(k: int, edit: Callable[[Dataset], Dataset]) -> Callable[[], Root]:
+    """Shard k's 1.0 dataset breaks one 1.0 rule; the manifest entry is resealed."""
+    def case() -> Root:
+        root = base_root()
+        return root.repack(k, dataset_members(edit(root.datasets[k])))
+    return case
+
+
+def _replace_toc_byte(data: bytes) -> bytes:
+    return data[:PACK_PREFIX] + b"[" + data[PACK_PREFIX + 1:]
+
+
+INVALID_1_1: list[tuple[str, str, str, Callable[[], Root]]] = [
+    # the root and the manifest (S-1 .. S-6)
+    ("root_both_layouts", "ROOT_LAYOUT", "a valid sharded root that also holds a valid 1.0 "
+     "dataset (header.json and its member files)", lambda: _both_layouts(base_root())),
+    ("manifest_json", "MANIFEST_SCHEMA", "manifest.json is not valid JSON (cut short)",
+     lambda: _cut_manifest(base_root())),
+    ("manifest_unknown_key", "MANIFEST_SCHEMA", "the manifest has a member shard_count",
+     lambda: edit_manifest(base_root(), lambda m: m.update(shard_count=2))),
+    ("manifest_missing_key", "MANIFEST_SCHEMA", "the manifest has no num_samples",
+     lambda: edit_manifest(base_root(), lambda m: m.pop("num_samples"))),
+    ("manifest_write_id", "MANIFEST_SCHEMA", "write_id has upper-case hex digits",
+     lambda: edit_manifest(base_root(), lambda m: m.update(write_id=m["write_id"].upper()))),
+    ("manifest_shard_xxh3", "MANIFEST_SCHEMA", "a shard's xxh3_64 has 15 hex digits",
+     lambda: edit_manifest(base_root(), lambda m: m["shards"][0].update(
+         xxh3_64=m["shards"][0]["xxh3_64"][1:]))),
+    ("manifest_not_sharded", "MANIFEST_SCHEMA", "required_features lacks \"sharded\"",
+     lambda: edit_manifest(base_root(), lambda m: m.update(required_features=[]))),
+    ("manifest_format", "NOT_DETFMT", "format is \"detfmt2\"",
+     lambda: edit_manifest(base_root(), lambda m: m.update(format="detfmt2"))),
+    ("manifest_major", "VERSION_UNSUPPORTED", "version is \"2.0\"",
+     lambda: edit_manifest(base_root(), lambda m: m.update(version="2.0"))),
+    ("manifest_feature_unknown", "FEATURE_UNSUPPORTED", "required_features also names "
+     "org.example.future", lambda: edit_manifest(base_root(), lambda m: m.update(
+         required_features=["sharded", "org.example.future"]))),
+    ("num_samples_sum", "SHARD_INDEXING", "num_samples is one more than the shards hold",
+     lambda: edit_manifest(base_root(), lambda m: m.update(num_samples=m["num_samples"] + 1))),
+    ("first_index_gap", "SHARD_INDEXING", "shards[1].first_index skips one index (the sum of "
+     "num_samples is right)", lambda: edit_manifest(base_root(), lambda m: m["shards"][1].update(
+         first_index=m["shards"][1]["first_index"] + 1))),
+    ("path_parent", "PATH_UNSAFE", "a shard path \"../x\"",
+     lambda: edit_manifest(base_root(), lambda m: m["shards"][1].update(path="../x"))),
+    ("path_absolute", "PATH_UNSAFE", "an absolute shard path",
+     lambda: edit_manifest(base_root(), lambda m: m["shards"][1].update(
+         path="/shards/part-00001.detfmt"))),
+    ("path_backslash", "PATH_UNSAFE", "a shard path with a backslash separator",
+     lambda: edit_manifest(base_root(), lambda m: m["shards"][1].update(
+         path="shards\\part-00001.detfmt"))),
+    ("path_duplicate", "PATH_UNSAFE", "two entries (different keys) name the same shard file",
+     lambda: _duplicate_path(base_root())),
+    ("shard_missing", "FILE_MISSING", "the manifest names a shard file that does not exist",
+     lambda: _drop_shard_file(base_root())),
+    # shard files against the manifest (S-7, S-8)
+    ("shard_size", "SHARD_SIZE", "the entry's bytes is 64 more than the file (xxh3_64 right)",
+     lambda: edit_manifest(base_root(), lambda m: m["shards"][1].update(
+         bytes=m["shards"][1]["bytes"] + 64))),
+    ("shard_checksum", "SHARD_CHECKSUM", "the entry's xxh3_64 differs in one bit (size right)",
+     lambda: edit_manifest(base_root(), lambda m: m["shards"][0].update(
+         xxh3_64=_flip_hex(m["shards"][0]["xxh3_64"])))),
+    ("schema_classes", "SCHEMA_MISMATCH", "shard 1's header names class 1 wolf, the manifest dog",
+     _other_classes),
+    ("schema_max_boxes", "SCHEMA_MISMATCH", "an entry's max_boxes differs from its shard's header",
+     lambda: edit_manifest(base_root(), lambda m: m["shards"][0].update(
+         max_boxes=m["shards"][0]["max_boxes"] + 1))),
+    # the pack format (S-9, S-10)
+    ("pack_magic", "PACK_MAGIC", "shard 1 starts with DETFMTpk",
+     lambda: base_root().edit_shard(1, lambda d: b"DETFMTpk" + d[8:])),
+    ("pack_version", "VERSION_UNSUPPORTED", "shard 0 has pack version 2",
+     lambda: base_root().edit_shard(0, lambda d: d[:8] + (2).to_bytes(4, "little") + d[12:])),
+    ("pack_toc_json", "PACK_LAYOUT", "the table of contents is not valid JSON",
+     lambda: base_root().edit_shard(0, _replace_toc_byte)),
+    ("pack_hole", "PACK_LAYOUT", "64 zero bytes before member index.npy (the TOC says so)",
+     _repack_members(lambda members: members, shift={"index.npy": 64})),
+    ("pack_gap_nonzero", "PACK_LAYOUT", "a byte between two members is 0x01",
+     lambda: base_root().edit_shard(1, _gap_byte)),
+    ("pack_trailing", "PACK_LAYOUT", "one zero byte after the last member",
+     lambda: base_root().edit_shard(0, lambda d: d + b"\x00")),
+    ("pack_no_header", "PACK_LAYOUT", "the table of contents has no header.json",
+     _repack_members(lambda members: members[1:])),
+    ("pack_extra_member", "PACK_LAYOUT", "a member notes.txt that the inner header does not "
+     "name", _repack_members(lambda members: [members[0], *sorted(
+         [*members[1:], ("notes.txt", b"not part of the dataset\n")])])),
+    # the 1.0 dataset inside a shard (S-11): the 1.0 rule's id
+    ("pack_member_missing", "FILE_MISSING", "the table of contents lacks counts.npy",
+     _repack_members(lambda members: [m for m in members if m[0] != "counts.npy"])),
+    ("shard_sample_checksum", "CHECKSUM", "a payload byte in shard 1 flipped; index checksum "
+     "kept", _inner(1, _checksum)),
+    ("shard_box_out_of_image", "BOX_OUT_OF_IMAGE", "x2 = width + 0.5 in shard 1, local sample 1",
+     _inner(1, lambda d: edit_array(d, "boxes.npy", lambda a: set_item(a, (1, 0, 2), 4.5)))),
+]
+
+
+def _cut_manifest(root: Root) -> Root:
+    root.manifest_raw = root.manifest_bytes()[:-40]
+    return root
+
+
 # --------------------------------------------------------------------------- output
 
 #: Requirements a case exercises beyond the rule id it names (SPEC.md R-n).
@@ -973,6 +1366,8 @@ COVERS: dict[str, list[str]] = {
     "npy_pickle": ["R-17"],
 }
 
+SUITE_DIRS = ("v1", "v1_1")
+
 #: Cases that cannot be committed at full size: the runner grows a file before running them.
 GROW = {"header_too_large": {"file": "header.json", "byte": " ", "size": (1 << 20) + 1}}
 
@@ -982,37 +1377,47 @@ def _dump(value: object) -> bytes:
 
 
 def generate(root: Path) -> None:
-    """Write <root>/v1/{valid,invalid}/<id>/, the sidecars and <root>/cases.json."""
-    ids = [*VALID, *(case[0] for case in INVALID)]
+    """Write <root>/v1/ (format 1.0) and <root>/v1_1/ (1.1, sharded roots): valid and invalid
+    cases, the sidecars of the valid ones and the catalog <root>/cases.json."""
+    ids = [*VALID, *(case[0] for case in INVALID), *VALID_1_1, *(case[0] for case in INVALID_1_1)]
     if len(set(ids)) != len(ids):
         raise ValueError("case ids must be unique")
-    catalog: dict = {"suite": "detfmt conformance", "format_version": "1.0", "valid": [],
+    catalog: dict = {"suite": "detfmt conformance", "format_version": "1.1", "valid": [],
                      "invalid": []}
-    for case_id, (builder, description) in VALID.items():
-        dataset = builder()
-        directory = root / "v1" / "valid" / case_id
-        dataset.write(directory)
-        (directory.parent / f"{case_id}.expected.json").write_bytes(_dump(expected(dataset)))
-        catalog["valid"].append({"id": case_id, "path": f"v1/valid/{case_id}",
-                                 "expected": f"v1/valid/{case_id}.expected.json",
-                                 "description": description, "covers": COVERS.get(case_id, [])})
-    for case_id, rule, description, builder in INVALID:
-        builder().write(root / "v1" / "invalid" / case_id)
-        entry = {"id": case_id, "path": f"v1/invalid/{case_id}", "rule": rule,
-                 "description": description, "covers": COVERS.get(case_id, [])}
-        if case_id in GROW:
-            entry["grow"] = GROW[case_id]
-        catalog["invalid"].append(entry)
+    suites: list[tuple[str, str, dict, list, Callable]] = [
+        ("v1", "1.0", VALID, INVALID, expected),
+        ("v1_1", "1.1", VALID_1_1, INVALID_1_1, expected_root),
+    ]
+    for base, version, valid, _, expect in suites:
+        for case_id, (builder, description) in valid.items():
+            dataset = builder()
+            directory = root / base / "valid" / case_id
+            dataset.write(directory)
+            (directory.parent / f"{case_id}.expected.json").write_bytes(_dump(expect(dataset)))
+            catalog["valid"].append({"id": case_id, "format_version": version,
+                                     "path": f"{base}/valid/{case_id}",
+                                     "expected": f"{base}/valid/{case_id}.expected.json",
+                                     "description": description,
+                                     "covers": COVERS.get(case_id, [])})
+    for base, version, _, invalid, _ in suites:
+        for case_id, rule, description, builder in invalid:
+            builder().write(root / base / "invalid" / case_id)
+            entry = {"id": case_id, "format_version": version, "path": f"{base}/invalid/{case_id}",
+                     "rule": rule, "description": description, "covers": COVERS.get(case_id, [])}
+            if case_id in GROW:
+                entry["grow"] = GROW[case_id]
+            catalog["invalid"].append(entry)
     (root / "cases.json").write_bytes(_dump(catalog))
 
 
 def tree(root: Path) -> dict[str, bytes]:
-    """Every generated file under root (v1/ and cases.json), by relative path."""
+    """Every generated file under root (v1/, v1_1/ and cases.json), by relative path."""
     files = {"cases.json": (root / "cases.json").read_bytes()} if (root / "cases.json").exists() \
         else {}
-    for path in sorted((root / "v1").rglob("*")):
-        if path.is_file():
-            files[path.relative_to(root).as_posix()] = path.read_bytes()
+    for base in SUITE_DIRS:
+        for path in sorted((root / base).rglob("*")):
+            if path.is_file():
+                files[path.relative_to(root).as_posix()] = path.read_bytes()
     return files
 
 
@@ -1037,10 +1442,12 @@ def main(argv: list[str] | None = None) -> int:
         for name in diff:
             print(f"differs: {name}")
         return 1 if diff else 0
-    if (args.root / "v1").exists():
-        shutil.rmtree(args.root / "v1")
+    for base in SUITE_DIRS:
+        if (args.root / base).exists():
+            shutil.rmtree(args.root / base)
     generate(args.root)
-    print(f"wrote {len(VALID)} valid and {len(INVALID)} invalid cases under {args.root}")
+    print(f"wrote {len(VALID) + len(VALID_1_1)} valid and {len(INVALID) + len(INVALID_1_1)} "
+          f"invalid cases under {args.root}")
     return 0
 
 
