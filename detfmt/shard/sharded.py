@@ -27,7 +27,7 @@ from detfmt.shard.manifest import (
     check_root_layout,
     decode_manifest,
 )
-from detfmt.shard.order import EpochPlan, OrderState
+from detfmt.shard.order import DEFAULT_SHARD_WINDOW, EpochPlan, OrderState, ShardWorkingSet
 from detfmt.shard.packed import PackedDataset
 from detfmt.shard.write import is_url
 
@@ -357,11 +357,17 @@ class ShardedDataset(Sequence):
         batch_size: int,
         world_size: int = 1,
         rank: int = 0,
-        window: int = 4,
+        window: int = DEFAULT_SHARD_WINDOW,
         shuffle: bool = True,
         samples_seen: int = 0,
+        drop_last: bool = True,
     ) -> EpochPlan:
-        """This rank's batches of one epoch in the elastic global order (S-18..S-20)."""
+        """This rank's batches of one epoch in the elastic global order (S-18..S-20).
+
+        ``drop_last`` (default True) drops the tail shorter than a global batch; False keeps it:
+        wrap-around padding to whole global batches when ``world_size > 1`` (every rank runs
+        the same number of equal batches, O-5), a short last batch with one rank.
+        """
         return EpochPlan.build(
             self._counts.tolist(),
             OrderState(seed, epoch, samples_seen),
@@ -370,6 +376,7 @@ class ShardedDataset(Sequence):
             batch_size=batch_size,
             window=window,
             shuffle=shuffle,
+            drop_last=drop_last,
         )
 
     def iter_batches(
@@ -381,26 +388,16 @@ class ShardedDataset(Sequence):
         until its last use in this plan, so eviction never removes what the order needs next.
         """
         batches = list(plan.batches())
+        working = None
         if self._cache is not None and batches:
-            nshards = len(self.shards)
-            first = np.full(nshards, len(batches), np.int64)
-            last = np.full(nshards, -1, np.int64)
-            for t, b in enumerate(batches):
-                ks = np.unique(plan.shard_of[b])
-                first[ks] = np.minimum(first[ks], t)
-                last[ks] = t
-            by_first = [int(k) for k in np.argsort(first, kind="stable") if last[k] >= 0]
-            rank_of = {k: r for r, k in enumerate(by_first)}
+            working = ShardWorkingSet(batches, plan.shard_of, len(self.shards), prefetch_shards)
         pinned: list[int] | None = None
         for t, batch in enumerate(batches):
-            if self._cache is not None:
-                active = [k for k in by_first if first[k] <= t <= last[k]]
-                top = max((rank_of[k] for k in active), default=-1)
-                ahead = [k for k in by_first[top + 1 : top + 1 + prefetch_shards] if first[k] > t]
-                if active + ahead != pinned:  # the working set changes once per shard, not batch
-                    pinned = active + ahead
-                    self._cache.protect([self.shards[k] for k in pinned])
-                    self._cache.prefetch([self.shards[k] for k in pinned])
+            if working is not None:
+                wanted = working.wanted(t)
+                if wanted != pinned:  # the working set changes once per shard, not per batch
+                    pinned = wanted
+                    self.keep_shards(wanted)
             yield self.batch(batch, out=out)
 
     # ------------------------------------------------------------------ lifecycle
@@ -419,6 +416,25 @@ class ShardedDataset(Sequence):
 
     def __reduce__(self):
         return (_reopen, (self.root, self._options, self.manifest.write_id))
+
+    def keep_shards(self, shards: Sequence[int]) -> None:
+        """Remote roots: pin exactly these shards in the node cache (eviction skips them) and
+        start downloading the missing ones in the background. Local roots: nothing to do.
+
+        Readers that follow a plan call it whenever their working set changes (use
+        `EpochPlan.working_set` / `ShardWorkingSet.wanted`): the shards in use plus the next
+        few by first use.
+        """
+        if self._cache is None:
+            return
+        infos = [self.shards[int(k)] for k in shards]
+        self._cache.protect(infos)
+        self._cache.prefetch(infos)
+
+    @property
+    def is_remote(self) -> bool:
+        """True for a URL root read through the node-local shard cache."""
+        return self._cache is not None
 
     def __repr__(self) -> str:
         return (
