@@ -19,7 +19,9 @@ from detfmt.order import (
     rank_slice,
 )
 
-__all__ = ["ORDERS", "EpochSchedule", "default_quasi_block", "default_rank_world"]
+__all__ = [
+    "ORDERS", "ElasticSchedule", "EpochSchedule", "default_quasi_block", "default_rank_world",
+]
 
 STATE_VERSION = 1
 ORDERS = ("random", "quasi_random", "sequential")
@@ -137,6 +139,10 @@ class EpochSchedule:
         self.epoch = int(state["epoch"])
         self.batches_done = int(state["batches_done"])
 
+    def _mark(self, position: int, total: int) -> None:
+        """``position`` of this rank's ``total`` batches of the running epoch were handed out."""
+        self.batches_done = position
+
     def _begin_epoch(self) -> tuple[list[np.ndarray], int]:
         """This rank's batches and the position to start at; a finished epoch moves on."""
         batches = self.rank_batches()
@@ -146,3 +152,130 @@ class EpochSchedule:
             self.batches_done = start = 0
             batches = self.rank_batches()
         return batches, start
+
+
+ELASTIC_STATE_KIND = "sharded"
+
+
+class ElasticSchedule(EpochSchedule):
+    """Mixin for sharded datasets: the elastic order of SPEC §19.6 (S-18..S-20).
+
+    The epoch order depends on ``(seed, epoch, shard_window, shuffle)`` and the manifest's
+    sample counts only; ranks slice each global batch contiguously (S-19); the position is
+    ``samples_seen`` (S-20), so a state resumes on any world size and batch size. With
+    ``drop_last`` false the tail is wrap-padded to whole global batches when ``world_size > 1``
+    (O-5), and the last batch is short with one rank.
+    """
+
+    def _init_elastic(
+        self, counts: list[int], batch_size: int, seed: int, drop_last: bool | None,
+        rank: int | None, world_size: int | None, shuffle: bool, shard_window: int,
+    ) -> None:
+        if not isinstance(shard_window, int) or isinstance(shard_window, bool) or shard_window < 1:
+            raise UsageError(f"shard_window must be a positive int, got {shard_window!r}")
+        self._init_schedule(
+            sum(counts), batch_size, seed, drop_last, rank, world_size,
+            "random" if shuffle else "sequential", 1, 1,
+        )
+        self.shard_counts = [int(c) for c in counts]
+        self.shuffle = bool(shuffle)
+        self.shard_window = shard_window
+        self.samples_seen = 0  # position in this epoch's order (S-20)
+        self._start_seen = 0  # where the running iteration started
+
+    def plan(self, epoch: int | None = None, samples_seen: int | None = None) -> Any:
+        """This rank's `detfmt.shard.order.EpochPlan` from ``samples_seen`` (default: now)."""
+        from detfmt.shard.order import EpochPlan, OrderState
+
+        return EpochPlan.build(
+            self.shard_counts,
+            OrderState(
+                self.seed, self.epoch if epoch is None else epoch,
+                self.samples_seen if samples_seen is None else samples_seen,
+            ),
+            world_size=self.world_size, rank=self.rank, batch_size=self.batch_size,
+            window=self.shard_window, shuffle=self.shuffle, drop_last=self.drop_last,
+        )
+
+    def epoch_order(self, epoch: int | None = None) -> np.ndarray:
+        """The global sample order of an epoch (S-18), before drop/padding."""
+        return self.plan(epoch, 0).order
+
+    def rank_batches(self, epoch: int | None = None) -> list[np.ndarray]:
+        """This rank's batches of a whole epoch (S-19 with O-5's drop or padding)."""
+        return [np.asarray(b, dtype=np.int64) for b in self.plan(epoch, 0).batches()]
+
+    def __len__(self) -> int:
+        from detfmt.shard.order import num_steps
+
+        return num_steps(self.n, self.world_size, self.batch_size, 0, self.drop_last)
+
+    def _finished(self) -> bool:
+        return self.n > 0 and self.samples_seen >= self.n
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch whose order the next ``iter()`` runs (restarting it)."""
+        if not isinstance(epoch, int) or epoch < 0:
+            raise UsageError(f"epoch must be a non-negative int, got {epoch!r}")
+        if epoch != self.epoch or self._finished():
+            self.samples_seen = 0  # a new epoch, or a finished one run again
+            self.batches_done = 0
+        self.epoch = epoch  # the same unfinished epoch keeps its position (resume)
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{seed, epoch, samples_seen}`` (S-20) plus the order's configuration; valid on any
+        world size and batch size. ``samples_seen == num_samples`` marks a finished epoch."""
+        return {
+            "version": STATE_VERSION,
+            "kind": ELASTIC_STATE_KIND,
+            "seed": self.seed,
+            "epoch": self.epoch,
+            "samples_seen": self.samples_seen,
+            "shard_window": self.shard_window,
+            "shuffle": self.shuffle,
+            "drop_last": self.drop_last,
+            "num_samples": self.n,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue at position ``samples_seen`` of ``epoch``; ranks, batch size and threads may
+        differ from the run that saved it."""
+        if (
+            not isinstance(state, dict)
+            or state.get("version") != STATE_VERSION
+            or state.get("kind") != ELASTIC_STATE_KIND
+        ):
+            raise UsageError("not a detfmt.torch state_dict of a sharded dataset's Loader")
+        if state["num_samples"] != self.n:
+            raise UsageError(f"state is for {state['num_samples']} samples, dataset has {self.n}")
+        seen = state["samples_seen"]
+        if not isinstance(seen, int) or not 0 <= seen <= self.n:
+            raise UsageError(f"samples_seen {seen!r} outside 0..{self.n}")
+        window = state["shard_window"]
+        if not isinstance(window, int) or window < 1:
+            raise UsageError(f"shard_window {window!r} in the state is not a positive int")
+        self.seed = int(state["seed"])
+        self.epoch = int(state["epoch"])
+        self.shard_window = window
+        self.shuffle = bool(state["shuffle"])
+        self.order = "random" if self.shuffle else "sequential"
+        self.drop_last = bool(state["drop_last"])
+        self.samples_seen = seen
+        self.batches_done = 0
+
+    def _begin_epoch(self) -> tuple[list[np.ndarray], int]:
+        """This rank's remaining batches of the epoch; a finished epoch moves on."""
+        if self._finished():
+            self.epoch += 1
+            self.samples_seen = 0
+        self.batches_done = 0
+        self._start_seen = self.samples_seen
+        return [np.asarray(b, dtype=np.int64) for b in self.plan().batches()], 0
+
+    def _mark(self, position: int, total: int) -> None:
+        from detfmt.shard.order import position_after
+
+        self.batches_done = position
+        self.samples_seen = position_after(
+            self.n, self.world_size, self.batch_size, self._start_seen, position, self.drop_last
+        )

@@ -29,10 +29,16 @@ from detfmt.torch.batch import Batch
 __all__ = ["DetectionDataset", "RingDataLoader", "collate"]
 
 
-def _open(path: Path) -> Any:
+def _open(path: Path | str) -> Any:
     import detfmt
 
     return detfmt.open(path)
+
+
+def _is_sharded(ds: Any) -> bool:
+    from detfmt.shard.sharded import ShardedDataset
+
+    return isinstance(ds, ShardedDataset)
 
 
 class DetectionDataset(tud.Dataset):
@@ -46,8 +52,12 @@ class DetectionDataset(tud.Dataset):
         if layout not in ("CHW", "HWC"):
             raise UsageError(f"layout must be 'CHW' or 'HWC', got {layout!r}")
         if isinstance(ds_or_path, (str, os.PathLike)):
-            self.path = Path(ds_or_path)
+            text = os.fspath(ds_or_path)
+            self.path: Path | str = text if "://" in text else Path(text)  # URL: a sharded root
             self._ds = None
+        elif _is_sharded(ds_or_path):
+            self.path = ds_or_path.root
+            self._ds = ds_or_path
         else:
             self.path = dataset_path(ds_or_path)
             self._ds = ds_or_path
@@ -66,6 +76,9 @@ class DetectionDataset(tud.Dataset):
         return self._ds
 
     def __getstate__(self) -> dict[str, Any]:
+        if _is_sharded(self.ds):  # pickles as (root, open options, write_id): checked on reopen
+            return {"path": self.path, "layout": self.layout, "_len": self._len, "_ds": self.ds,
+                    "_generation": None}
         # the files' identities travel with the path, so a worker never mixes two versions
         return {"path": self.path, "layout": self.layout, "_len": self._len, "_ds": None,
                 "_generation": getattr(self.ds, "generation", None)}
@@ -75,7 +88,16 @@ class DetectionDataset(tud.Dataset):
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         ds = self.ds
+        if _is_sharded(ds):  # the sample's own shard reader (S-5)
+            shard, local = ds.locate(index)  # checks the index (UsageError / IndexError)
+            ds = ds.shard(shard)
+            h, w, _ = ds.image_shape(local)
+            return self._item(ds, local, index, h, w)
         h, w, _ = ds.image_shape(index)  # checks the index (UsageError / IndexError)
+        return self._item(ds, index, index, h, w)
+
+    def _item(self, ds: Any, index: int, global_index: int, h: int, w: int
+              ) -> dict[str, torch.Tensor]:
         image = torch.empty((h, w, 3), dtype=torch.uint8)
         ds.decode_into(index, image.numpy())
         count = int(ds.counts[index])
@@ -83,7 +105,7 @@ class DetectionDataset(tud.Dataset):
             "image": image if self.layout == "HWC" else image.permute(2, 0, 1),
             "boxes": torch.from_numpy(np.array(ds.boxes[index, :count], dtype=np.float32)),
             "classes": torch.from_numpy(np.array(ds.classes[index, :count], dtype=np.int32)),
-            "index": torch.tensor(int(index) % self._len, dtype=torch.int64),
+            "index": torch.tensor(int(global_index) % self._len, dtype=torch.int64),
             "size": torch.tensor([h, w], dtype=torch.int32),
         }
 
@@ -220,6 +242,9 @@ class RingDataLoader(EpochSchedule):
         if not isinstance(num_workers, int) or num_workers < 1:
             raise UsageError(f"num_workers must be >= 1 (one process: use Loader): {num_workers}")
         ds = _open(Path(ds_or_path)) if isinstance(ds_or_path, (str, os.PathLike)) else ds_or_path
+        if _is_sharded(ds):
+            raise UsageError("RingDataLoader reads 1.0 datasets; for a sharded dataset use Loader "
+                             "(threads over the mapped shards, the elastic order of SPEC §19.6)")
         self.path = dataset_path(ds)
         self.gather = Gatherer(ds, io=io)
         order = order if order is not None else ("random" if shuffle else "sequential")

@@ -1,0 +1,266 @@
+"""Fill one batch buffer from a sharded (1.1) dataset: the `Loader`'s gatherer for shards.
+
+Numpy-only, like `detfmt.torch._gather` (which serves 1.0 directories). A batch's global indices
+are located in their shards by the manifest's prefix sums (S-5); each sample is one contiguous
+copy out of its shard's mapped ``images.bin`` (raw; through the reader's public ``blob``) or a
+decode straight into its batch slot (zstd, JPEG, PNG). Labels of shards with different
+``max_boxes`` are re-padded to the batch's own maximum (S-12) and checked by each shard reader's
+``check_labels`` (the error names the shard file and the local index).
+
+Shards are opened through ``ShardedDataset.shard(k)``, so remote roots fetch them into the node
+cache (the loader pins and prefetches what its plan needs next). Per-shard tables are kept in a
+weak map keyed by the shard reader: when the dataset drops a reader (``max_open``), its tables go
+with it.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any
+
+import numpy as np
+
+from detfmt.errors import UsageError
+
+try:  # libjpeg-turbo with the GIL released, straight into the batch slot
+    import simplejpeg
+except ImportError:  # pragma: no cover - depends on the platform's wheels
+    simplejpeg = None
+
+__all__ = ["ShardGatherer", "ShardJob"]
+
+CODEC_RAW = 0
+CODEC_JPEG = 2
+
+
+class _Tables:
+    """One shard's per-sample tables as plain numpy arrays (validated once, when built)."""
+
+    __slots__ = (
+        "blob", "box_fields", "boxes", "classes", "codecs", "counts", "fixed", "heights",
+        "max_boxes", "nbytes", "offsets", "reader", "widths",
+    )
+
+    def __init__(self, reader: Any) -> None:
+        sizes = reader.sizes  # validates every index record and count of the shard (once)
+        # a proxy: a strong reference would keep the weak map's key alive (jobs hold readers)
+        self.reader = weakref.proxy(reader)
+        self.heights = np.ascontiguousarray(sizes[:, 0], dtype=np.int64)
+        self.widths = np.ascontiguousarray(sizes[:, 1], dtype=np.int64)
+        index = reader.index
+        self.offsets = np.asarray(index["offset"], dtype=np.int64)
+        self.codecs = np.asarray(index["codec"], dtype=np.uint8)
+        self.nbytes = np.asarray(index["nbytes"], dtype=np.int64)
+        self.counts = np.asarray(reader.counts, dtype=np.int64)
+        self.boxes = reader.boxes
+        self.classes = reader.classes
+        self.box_fields = dict(reader.box_fields)
+        self.max_boxes = int(self.boxes.shape[1]) if self.boxes.ndim == 3 else 0
+        self.fixed = reader.fixed_images
+        self.blob = reader.blob
+
+
+class ShardJob:
+    """One batch located in its shards: groups of (shard tables, batch rows, local indices)."""
+
+    __slots__ = ("counts", "groups", "heights", "indices", "readers", "widths")
+
+    def __init__(
+        self, indices: np.ndarray, groups: list, heights, widths, counts, readers: list
+    ) -> None:
+        self.indices = indices
+        self.readers = readers  # the shard readers stay open while the batch is gathered
+        self.groups = groups  # [(tables, rows, local)]
+        self.heights = heights
+        self.widths = widths
+        self.counts = counts
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(Hmax, Wmax) of the batch."""
+        if not len(self.indices):
+            return (1, 1)
+        return int(self.heights.max()), int(self.widths.max())
+
+    @property
+    def sizes(self) -> np.ndarray:
+        return np.stack([self.heights, self.widths], axis=1).astype(np.int32)
+
+
+class ShardGatherer:
+    """Copies or decodes samples of a `ShardedDataset` into (h, w, 3) regions of batch buffers."""
+
+    def __init__(self, ds: Any) -> None:
+        self.ds = ds
+        self.n = len(ds)
+        self.starts = np.array([s.first_index for s in ds.shards], dtype=np.int64)
+        self.schema = ds.schema
+        fixed = self.schema.fixed_shape
+        self.fixed_hw = (int(fixed[0]), int(fixed[1])) if fixed else None
+        self.box_field_dtypes = {f.name: np.dtype(f.dtype) for f in self.schema.box_fields}
+        self._tables: weakref.WeakKeyDictionary[Any, _Tables] = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+        self._local = threading.local()
+
+    # -- shards --------------------------------------------------------------------------------
+
+    def tables(self, k: int) -> _Tables:
+        """Shard ``k``'s tables (opening, and for remote roots fetching, the shard)."""
+        return self._reader_tables(k)[1]
+
+    def _reader_tables(self, k: int) -> tuple[Any, _Tables]:
+        reader = self.ds.shard(k)
+        t = self._tables.get(reader)
+        if t is None:
+            t = _Tables(reader)
+            with self._lock:
+                self._tables[reader] = t
+        return reader, t
+
+    def max_hw(self) -> tuple[int, int]:
+        """The largest stored (H, W) over every shard (opens them all: local roots only)."""
+        if self.fixed_hw is not None:
+            return self.fixed_hw
+        h = w = 1
+        for k, info in enumerate(self.ds.shards):
+            if info.num_samples:
+                t = self.tables(k)
+                h, w = max(h, int(t.heights.max())), max(w, int(t.widths.max()))
+        return h, w
+
+    def prepare(self, indices: np.ndarray) -> ShardJob:
+        """Locate ``indices`` (global, in 0..N-1) in their shards and read their sizes/counts."""
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if idx.size and (idx.min() < 0 or idx.max() >= self.n):
+            raise UsageError(f"sample index out of range for {self.n} samples")
+        b = idx.size
+        ks = np.searchsorted(self.starts, idx, side="right") - 1
+        if b and (ks == ks[0]).all():  # the common case: one shard
+            parts = [(int(ks[0]), np.arange(b))]
+        else:
+            parts = [(int(k), np.flatnonzero(ks == k)) for k in np.unique(ks)]
+        heights = np.empty(b, np.int64)
+        widths = np.empty(b, np.int64)
+        counts = np.empty(b, np.int64)
+        groups = []
+        readers = []
+        for k, rows in parts:
+            reader, t = self._reader_tables(k)
+            readers.append(reader)
+            local = idx[rows] - self.starts[k]
+            heights[rows] = t.heights[local]
+            widths[rows] = t.widths[local]
+            counts[rows] = t.counts[local]
+            groups.append((t, rows, local))
+        return ShardJob(idx, groups, heights, widths, counts, readers)
+
+    # -- pixels --------------------------------------------------------------------------------
+
+    def fill(
+        self,
+        job: ShardJob,
+        out: np.ndarray,
+        pad_value: int = 0,
+        previous: list[tuple[int, int]] | None = None,
+    ) -> list[tuple[int, int]]:
+        """Write the job's samples into ``out`` (B, H, W, 3); everything else becomes pad_value.
+
+        Same contract as `detfmt.torch._gather.Gatherer.fill`: ``previous`` names the top-left
+        region of each slot the last fill wrote (only that part of the padding is cleared);
+        returns the (h, w) written per slot.
+        """
+        height, width = out.shape[1], out.shape[2]
+        if self.fixed_hw is not None and (height, width) == self.fixed_hw:
+            for t, rows, local in job.groups:
+                fixed = t.fixed
+                for j, li in zip(rows.tolist(), local.tolist(), strict=True):
+                    np.copyto(out[j], fixed[li])
+            return [self.fixed_hw] * len(job.indices)
+        if previous is not None and len(previous) < len(job.indices):
+            previous = None
+        heights = job.heights.tolist()
+        widths = job.widths.tolist()
+        for t, rows, local in job.groups:
+            blob = t.blob
+            for j, li, offset, codec in zip(
+                rows.tolist(), local.tolist(), t.offsets[local].tolist(),
+                t.codecs[local].tolist(), strict=True,
+            ):
+                h, w = heights[j], widths[j]
+                slot = out[j]
+                old_h, old_w = previous[j] if previous is not None else (height, width)
+                if h < old_h:  # rows below the image
+                    slot[h:old_h, :old_w].fill(pad_value)
+                if w < old_w:  # the strip right of the image
+                    slot[: min(h, old_h), w:old_w].fill(pad_value)
+                if codec == CODEC_RAW:  # the hot path: one strided memcpy
+                    np.copyto(slot[:h, :w], blob[offset : offset + h * w * 3].reshape(h, w, 3))
+                else:
+                    self._decode(t, li, offset, codec, slot[:h, :w])
+        return list(zip(heights, widths, strict=True))
+
+    def _decode(self, t: _Tables, li: int, offset: int, codec: int, dst: np.ndarray) -> None:
+        if codec == CODEC_JPEG and simplejpeg is not None:
+            payload = t.blob[offset : offset + int(t.nbytes[li])]
+            if self._jpeg_into(payload, dst):
+                return
+        t.reader.decode_into(li, dst)  # the reader's checks; a typed DecodeError names the shard
+
+    def _jpeg_into(self, payload: np.ndarray, dst: np.ndarray) -> bool:
+        try:
+            height, width = simplejpeg.decode_jpeg_header(payload)[:2]
+            if (height, width) != dst.shape[:2]:
+                return False
+            target = dst if dst.flags.c_contiguous else self._scratch(dst.size).reshape(dst.shape)
+            simplejpeg.decode_jpeg(payload, colorspace="RGB", buffer=target, strict=True)
+        except (ValueError, RuntimeError):
+            return False  # let the reader decode (and name the sample in its error)
+        if target is not dst:
+            np.copyto(dst, target)
+        return True
+
+    def _scratch(self, size: int) -> np.ndarray:
+        scratch = getattr(self._local, "scratch", None)
+        if scratch is None or scratch.size < size:
+            scratch = self._local.scratch = np.empty(size, np.uint8)
+        return scratch[:size]
+
+    # -- labels --------------------------------------------------------------------------------
+
+    def labels(
+        self, job: ShardJob
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+        """boxes (B, M', 4) float32, classes (B, M') int32, mask (B, M') bool, box fields.
+
+        M' is the batch's largest box count (S-12: shards pad to their own ``max_boxes``).
+        Each shard's rows are checked by that shard reader's ``check_labels``.
+        """
+        b = len(job.indices)
+        m = int(job.counts.max()) if b else 0
+        boxes = np.zeros((b, m, 4), np.float32)
+        classes = np.full((b, m), -1, np.int32)
+        fields = {name: np.zeros((b, m), dt) for name, dt in self.box_field_dtypes.items()}
+        for t, rows, local in job.groups:
+            mk = min(m, t.max_boxes)
+            if len(job.groups) == 1:
+                boxes[:, :mk] = t.boxes[local, :mk]
+                classes[:, :mk] = t.classes[local, :mk]
+            else:
+                boxes[rows, :mk] = t.boxes[local, :mk]
+                classes[rows, :mk] = t.classes[local, :mk]
+            for name, values in fields.items():
+                values[rows, :mk] = t.box_fields[name][local, :mk]
+            if len(job.groups) == 1:
+                t.reader.check_labels(local, boxes, classes, job.counts, fields)
+            else:
+                t.reader.check_labels(
+                    local, boxes[rows], classes[rows], job.counts[rows],
+                    {name: values[rows] for name, values in fields.items()},
+                )
+        mask = np.arange(m)[None, :] < job.counts[:, None]
+        return boxes, classes, mask, fields
+
+    def close(self) -> None:
+        with self._lock:
+            self._tables = weakref.WeakKeyDictionary()
