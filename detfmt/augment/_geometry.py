@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -21,6 +22,9 @@ from detfmt.augment._warp import warp_images
 from detfmt.augment.sanitize import BoxChange, BoxRule, drop_boxes, non_empty
 from detfmt.errors import UsageError
 from detfmt.torch.batch import Batch
+
+if TYPE_CHECKING:
+    from detfmt.augment._opencv import TiledSource
 
 INTERPOLATIONS = ("bilinear", "nearest")
 
@@ -157,20 +161,26 @@ def apply_geometric(
     batch: Batch,
     steps: Sequence[GeometricTransform],
     params: Sequence[Params | None] | None = None,
+    source: TiledSource | None = None,
 ) -> Batch:
     """Apply consecutive geometric steps with one resample; stores each step's params.
 
     The image is resampled once through the product matrix (bilinear if any step asks for
     it); boxes go through the same product (4 corners -> min/max), are clipped to the output,
     and are kept where they were valid, are non-empty and pass every step's box filter.
+    ``source`` (OpenCV backend only): the images to read, as a `TiledSource` (a deferred
+    `Mosaic` canvas); ``batch.images`` then only gives the shape.
     """
     total, used, rules = plan_steps(batch, steps, params)
     for step, step_params in zip(steps, used, strict=True):
         step.last_params = step_params
     interpolation = "bilinear" if any(s.interpolation == "bilinear" for s in steps) else "nearest"
     warp = warp_images
-    if _backend.use_opencv(batch.images):
+    options: dict[str, Any] = {}
+    if source is not None or _backend.use_opencv(batch.images):
         from detfmt.augment._opencv import warp_images_opencv as warp  # cv2 and numpy on demand
+
+        options["source"] = source
     images = warp(
         batch.images,
         total.matrix,
@@ -179,6 +189,7 @@ def apply_geometric(
         interpolation=interpolation,
         sizes=batch.sizes,
         affine_only=all(s.affine_only for s in steps),
+        **options,
     )
     before = batch.boxes.to(torch.float32)
     after = transform_boxes(before, total.matrix)

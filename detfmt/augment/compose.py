@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from detfmt.augment._base import Augmentation, Params
 from detfmt.augment._geometry import GeometricTransform, apply_geometric
+from detfmt.augment.mosaic import Mosaic
 from detfmt.errors import UsageError
 from detfmt.torch.batch import Batch
+
+if TYPE_CHECKING:
+    from detfmt.augment._opencv import TiledSource
 
 
 class Compose(Augmentation):
@@ -53,12 +58,45 @@ class Compose(Augmentation):
                 groups.append([i])
         return groups
 
+    def _warps_once(self, group: list[int]) -> bool:
+        """Whether this group goes through `apply_geometric` (a fused run, or one plain step)."""
+        first = self.transforms[group[0]]
+        if not isinstance(first, GeometricTransform):
+            return False
+        return (self.fuse and len(group) > 1) or type(first).apply is GeometricTransform.apply
+
     def forward(self, batch: Batch, params: list[Params] | None = None) -> Batch:  # type: ignore[override]
         if params is not None and len(params) != len(self.transforms):
             raise UsageError(f"params must have {len(self.transforms)} entries, got {len(params)}")
         used: list[Params] = [{} for _ in self.transforms]
-        for group in self._groups():
+        groups = self._groups()
+        deferred: tuple[TiledSource, Callable[[], None]] | None = None
+        for k, group in enumerate(groups):
             first = self.transforms[group[0]]
+            if (
+                isinstance(first, Mosaic)
+                and k + 1 < len(groups)
+                and self._warps_once(groups[k + 1])
+                and first.can_defer(batch)
+            ):
+                # The warp that follows reads the tiles: the (2H, 2W) canvas is never built.
+                given_m = params[group[0]] if params is not None else None
+                mosaic_params = given_m if given_m is not None else first.sample(batch)
+                first.last_params = mosaic_params
+                batch, *pending = first.apply_deferred(batch, mosaic_params)
+                deferred = (pending[0], pending[1])
+                used[group[0]] = mosaic_params
+                continue
+            if deferred is not None:
+                steps = [self.transforms[i] for i in group]
+                given = [params[i] for i in group] if params is not None else None
+                source, finish = deferred
+                deferred = None
+                batch = apply_geometric(batch, steps, given, source=source)
+                finish()
+                for i, step in zip(group, steps, strict=True):
+                    used[i] = step.last_params or {}
+                continue
             if self.fuse and isinstance(first, GeometricTransform) and len(group) > 1:
                 steps = [self.transforms[i] for i in group]
                 given = [params[i] for i in group] if params is not None else None

@@ -6,15 +6,24 @@ Both widen the box slots (M -> 4M, M -> 2M) so shapes stay static; `compact` in
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
 
+from detfmt.augment import _backend
 from detfmt.augment import _random as rnd
 from detfmt.augment._base import Augmentation, Params, check_probability, fill_for, image_hw
 from detfmt.augment._matrix import clip_boxes
 from detfmt.augment.sanitize import non_empty
 from detfmt.errors import UsageError
 from detfmt.torch.batch import Batch
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from detfmt.augment._opencv import Tile, TiledSource
 
 _CANVAS_CHUNK = 4
 
@@ -145,18 +154,78 @@ class Mosaic(Augmentation):
             return tuple(out)
         return tuple(f[tiles] for f in fields)
 
-    def apply(self, batch: Batch, params: Params) -> Batch:
-        height, width = image_hw(batch.images)
-        tiles, center, chosen = params["tiles"], params["center"], params["apply"]
-        # Eager CPU copies rectangles (exact, cheap); elsewhere one static-shape gather.
-        by_slices = (
+    def _by_slices(self, batch: Batch) -> bool:
+        """Eager CPU copies rectangles (exact, cheap); elsewhere one static-shape gather."""
+        return (
             batch.images.device.type == "cpu"
             and not self._force_gather
             and not batch.images.requires_grad
             and not torch.compiler.is_compiling()
         )
-        gathered = self._gather(batch, tiles, with_images=not by_slices)
-        images = None if by_slices else gathered[0]
+
+    def apply(self, batch: Batch, params: Params) -> Batch:
+        by_slices = self._by_slices(batch)
+        out, placement = self._layout(batch, params, with_images=not by_slices)
+        make = self._canvas_by_slices if by_slices else self._canvas
+        canvas = make(batch, placement)
+        if self.buffer is not None:
+            self.buffer.push(batch, _content_sizes(batch))
+        return out.replace(images=canvas)
+
+    def can_defer(self, batch: Batch) -> bool:
+        """Whether `apply_deferred` can describe the canvas instead of building it."""
+        return (
+            self._by_slices(batch)
+            and batch.images.dim() == 4
+            and batch.images.shape[1] in (1, 3)
+            and _backend.use_opencv(batch.images)
+        )
+
+    def apply_deferred(
+        self, batch: Batch, params: Params
+    ) -> tuple[Batch, TiledSource, Callable[[], None]]:
+        """`apply` without the canvas, for a warp that reads the tiles directly (`Compose`).
+
+        Returns the batch (boxes as `apply`; ``images`` a zero-stride placeholder of the canvas
+        shape that must not be read), the canvas as a `TiledSource` for `warp_images_opencv`,
+        and ``finish``, to call once the warp has read the tiles (it pushes the batch into the
+        ring buffer, whose slots the tiles may point into).
+        """
+        from detfmt.augment._opencv import TiledSource
+
+        height, width = image_hw(batch.images)
+        out, placement = self._layout(batch, params, with_images=False)
+        # OpenCV reads HWC rows; a planar batch would be copied per tile otherwise.
+        layout = batch.replace(images=batch.images.contiguous(memory_format=torch.channels_last))
+        hwc, rects = self._rectangles(layout, placement)
+        placeholder = batch.images.new_zeros((1, 1, 1, 1)).expand(
+            len(batch), batch.images.shape[1], 2 * height, 2 * width
+        )
+        source = TiledSource(
+            sizes=[(2 * height, 2 * width)] * len(batch),
+            tiles=rects,
+            fill=fill_for(batch.images, self.fill),
+            channels=int(hwc.shape[-1]),
+        )
+
+        def finish() -> None:
+            if self.buffer is not None:
+                self.buffer.push(batch, _content_sizes(batch))
+
+        return out.replace(images=placeholder), source, finish
+
+    def _layout(
+        self, batch: Batch, params: Params, with_images: bool
+    ) -> tuple[Batch, tuple[torch.Tensor, ...]]:
+        """The boxes of the mosaic, and where each tile goes.
+
+        Returns the batch with boxes, classes, mask and sizes of the canvas (images unchanged)
+        and the placement: (tiles or gathered images, ox, oy, h, w, xc, yc, chosen, center).
+        """
+        height, width = image_hw(batch.images)
+        tiles, center, chosen = params["tiles"], params["center"], params["apply"]
+        gathered = self._gather(batch, tiles, with_images=with_images)
+        images = gathered[0] if with_images else tiles
         boxes, classes, mask, sizes = gathered[-4:]
         h, w = sizes[..., 0], sizes[..., 1]  # (B, 4)
         xc, yc = center[:, 0:1], center[:, 1:2]
@@ -167,10 +236,6 @@ class Mosaic(Augmentation):
         solo_y = height // 2 + torch.div(height - h[:, 0:1], 2, rounding_mode="floor")
         ox = torch.where(chosen[:, None], ox, solo_x.expand(-1, 4))
         oy = torch.where(chosen[:, None], oy, solo_y.expand(-1, 4))
-        if images is None:
-            canvas = self._canvas_by_slices(batch, tiles, ox, oy, h, w, center, chosen)
-        else:
-            canvas = self._canvas(images, ox, oy, h, w, xc, yc, chosen, batch.images)
         shift = torch.stack([ox, oy, ox, oy], dim=-1).to(boxes.dtype)[:, :, None]
         moved = clip_boxes(boxes + shift, 2 * height, 2 * width)
         used = torch.ones_like(chosen[:, None]).expand(-1, 4).clone()
@@ -189,40 +254,36 @@ class Mosaic(Augmentation):
                 .expand(bsz, 2)
                 .clone()
             )
-        if self.buffer is not None:
-            self.buffer.push(batch, _content_sizes(batch))
-        return batch.replace(
-            images=canvas,
+        out = batch.replace(
             boxes=torch.where(keep[..., None], moved, 0.0).to(batch.boxes.dtype),
             classes=torch.where(keep, classes, torch.full_like(classes, -1)),
             mask=keep,
             sizes=sizes_out,
         )
+        return out, (images, ox, oy, h, w, xc, yc, chosen, center)
 
-    def _canvas_by_slices(
-        self,
-        batch: Batch,
-        tiles: torch.Tensor,
-        ox: torch.Tensor,
-        oy: torch.Tensor,
-        h: torch.Tensor,
-        w: torch.Tensor,
-        center: torch.Tensor,
-        chosen: torch.Tensor,
-    ) -> torch.Tensor:
-        """The same canvas as `_canvas`, by rectangle copies (reads the parameters on the host)."""
+    def _rectangles(
+        self, batch: Batch, placement: tuple[torch.Tensor, ...]
+    ) -> tuple[np.ndarray, list[list[Tile]]]:
+        """Each canvas as rectangles of tiles (reads the parameters on the host).
+
+        Returns the batch as a (B, H, W, C) numpy view and, per sample, `Tile` s: canvas
+        ``[y0:y1, x0:x1]`` comes from ``array[y0 - top : y1 - top, x0 - left : x1 - left]``.
+        """
+        from detfmt.augment._opencv import Tile
+
+        tiles, ox, oy, h, w, _, _, chosen, center = placement
         bsz = len(batch)
         height, width = image_hw(batch.images)
-        hwc = batch.images.permute(0, 2, 3, 1)
-        fill = fill_for(batch.images, self.fill)
-        canvas = hwc.new_full((bsz, 2 * height, 2 * width, hwc.shape[-1]), fill)
         # numpy views: a strided rectangle copy is a row memcpy there, while torch's copy_ of
         # small strided views costs several times more on CPU (and on a busy 2-core box, more).
-        canvas_np, hwc_np = canvas.numpy(), hwc.numpy()
+        hwc = batch.images.permute(0, 2, 3, 1).numpy()
         t, oxs, oys, hs, ws = (x.tolist() for x in (tiles, ox, oy, h, w))
         centres, picked = center.tolist(), chosen.tolist()
+        rects: list[list[Tile]] = []
         for b in range(bsz):
             xc, yc = centres[b]
+            mine: list[Tile] = []
             for q in range(4 if picked[b] else 1):
                 if picked[b]:
                     qx0, qx1 = (0, xc) if q in (0, 2) else (xc, 2 * width)
@@ -236,33 +297,40 @@ class Mosaic(Augmentation):
                     continue
                 index = t[b][q]
                 if index < bsz:
-                    source = hwc_np[index]
+                    array = hwc[index]
                 else:
-                    source = self.buffer.images[index - bsz].permute(1, 2, 0).numpy()
-                canvas_np[b, y0:y1, x0:x1] = source[y0 - top : y1 - top, x0 - left : x1 - left]
+                    array = self.buffer.images[index - bsz].permute(1, 2, 0).numpy()
+                mine.append(Tile(array, x0, y0, x1, y1, left, top))
+            rects.append(mine)
+        return hwc, rects
+
+    def _canvas_by_slices(self, batch: Batch, placement: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        """The same canvas as `_canvas`, by rectangle copies."""
+        height, width = image_hw(batch.images)
+        hwc, rects = self._rectangles(batch, placement)
+        fill = fill_for(batch.images, self.fill)
+        canvas = torch.from_numpy(hwc).new_full(
+            (len(batch), 2 * height, 2 * width, hwc.shape[-1]), fill
+        )
+        canvas_np = canvas.numpy()
+        for b, mine in enumerate(rects):
+            for r in mine:
+                canvas_np[b, r.y0 : r.y1, r.x0 : r.x1] = r.array[
+                    r.y0 - r.top : r.y1 - r.top, r.x0 - r.left : r.x1 - r.left
+                ]
         return canvas.permute(0, 3, 1, 2)
 
-    def _canvas(
-        self,
-        tiles: torch.Tensor,
-        ox: torch.Tensor,
-        oy: torch.Tensor,
-        h: torch.Tensor,
-        w: torch.Tensor,
-        xc: torch.Tensor,
-        yc: torch.Tensor,
-        chosen: torch.Tensor,
-        like: torch.Tensor,
-    ) -> torch.Tensor:
+    def _canvas(self, batch: Batch, placement: tuple[torch.Tensor, ...]) -> torch.Tensor:
         """Copy tiles into the canvas by index (exact, no interpolation).
 
         Runs over chunks of samples so the int64 index stays small on CPU.
         """
+        tiles, ox, oy, h, w, xc, yc, chosen, _ = placement
         bsz, _, height, width, channels = tiles.shape
         dev = tiles.device
         y = torch.arange(2 * height, device=dev)[None, :, None]
         x = torch.arange(2 * width, device=dev)[None, None, :]
-        fill = torch.tensor(fill_for(like, self.fill), dtype=tiles.dtype, device=dev)
+        fill = torch.tensor(fill_for(tiles, self.fill), dtype=tiles.dtype, device=dev)
         parts = []
         for start in range(0, bsz, _CANVAS_CHUNK):
             sl = slice(start, min(bsz, start + _CANVAS_CHUNK))

@@ -8,6 +8,7 @@ band is excluded. HSV LUTs are float64 in OpenCV (Ultralytics) and float32 in to
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 
@@ -163,3 +164,95 @@ def test_import_detfmt_imports_neither_torch_nor_cv2():
         "import detfmt.augment; assert 'cv2' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def _mosaic_pipelines(seed: int):
+    """Two identical Mosaic + affine + flip pipelines whose ring buffers hold the same samples."""
+    first = make_batch(5, 48, 56, 4, seed=seed, smooth=True)
+    made = []
+    for _ in range(2):
+        mosaic = A.Mosaic(p=0.7, buffer_size=6, generator=torch.Generator().manual_seed(seed))
+        mosaic(first)
+        steps = [A.RandomAffine(degrees=12, shear=3, size=(48, 56)), A.RandomFlip()]
+        made.append(A.Compose([mosaic, *steps], generator=torch.Generator().manual_seed(seed)))
+    return made
+
+
+@pytest.mark.parametrize("crop", [False, True])
+def test_deferred_mosaic_warps_the_tiles_like_the_canvas(monkeypatch, crop):
+    """Compose lets the warp read Mosaic's tiles instead of a (2H, 2W) canvas.
+
+    Reading the whole canvas through the tiles gives the canvas path's pixels bit for bit
+    (seams, fill, ring-buffer tiles); reading only the reachable window shifts the matrix
+    handed to OpenCV, whose float32 coordinates then round differently on a few pixels.
+    """
+    from detfmt.augment import _geometry, _opencv
+
+    if not crop:
+        real = _opencv.warp_images_opencv
+
+        def whole_canvas(*args, source=None, **kwargs):
+            if source is not None:
+                source = dataclasses.replace(source, crop=False)
+            return real(*args, source=source, **kwargs)
+
+        monkeypatch.setattr(_opencv, "warp_images_opencv", whole_canvas)
+    batch = make_batch(5, 48, 56, 4, seed=12, smooth=True)
+    batch = batch.replace(sizes=torch.tensor([[48, 56], [30, 56], [48, 40], [21, 33], [48, 56]]))
+    fused, plain = _mosaic_pipelines(14)
+    out, params = _run(fused, batch, "opencv")
+    assert (params[0]["tiles"] >= len(batch)).any() and not params[0]["apply"].all()
+    mosaic, *steps = plain.transforms
+    previous = A.get_cpu_backend()
+    A.set_cpu_backend("opencv")
+    try:
+        canvas = mosaic(batch, params[0])
+        want = _geometry.apply_geometric(canvas, steps, params[1:])
+    finally:
+        A.set_cpu_backend(previous)
+    _assert_same_targets(out, want, "deferred mosaic")
+    assert torch.equal(out.sizes, want.sizes)
+    assert torch.equal(mosaic.buffer.images, fused.transforms[0].buffer.images)
+    if crop:
+        diff = (out.images.int() - want.images.int()).abs()
+        assert (diff > 0).float().mean().item() < 1e-3 and diff.max().item() <= 16
+    else:
+        assert torch.equal(out.images, want.images)
+
+
+def test_source_windows_hold_every_pixel_the_warp_reads():
+    """Each output pixel centre maps inside its sample's window, with a 1 px footprint margin
+    on both sides (bilinear reads floor(x) and floor(x) + 1; fixed point may round up by one)."""
+    from detfmt.augment._opencv import opencv_matrices, source_windows
+
+    g = torch.Generator().manual_seed(21)
+    pipeline = A.RandomAffine(degrees=30, translate=0.3, scale=0.6, shear=10, perspective=0.001)
+    matrices = []
+    for _ in range(8):
+        batch = make_batch(4, 90, 120, 2, seed=int(torch.randint(0, 99, (1,), generator=g)))
+        pipeline(batch)
+        state = _geometry_state(batch)
+        matrices.append(pipeline.plan(state, pipeline.last_params).matrix)
+    inverse = opencv_matrices(torch.cat(matrices))
+    sizes = [(90, 120)] * len(inverse)
+    out_h, out_w = 70, 100
+    windows = source_windows(inverse, (out_h, out_w), sizes)
+    v, u = torch.meshgrid(torch.arange(out_h), torch.arange(out_w), indexing="ij")
+    points = torch.stack([u, v, torch.ones_like(u)], -1).reshape(-1, 3).double().numpy()
+    cropped = 0
+    for m, (x0, y0, x1, y1), (h, w) in zip(inverse, windows.tolist(), sizes, strict=True):
+        mapped = points @ m.T
+        assert (mapped[:, 2] > 0).all()
+        sx, sy = mapped[:, 0] / mapped[:, 2], mapped[:, 1] / mapped[:, 2]
+        fx, fy = torch.from_numpy(sx).floor(), torch.from_numpy(sy).floor()
+        reads = (fx + 2 >= 0) & (fx - 1 < w) & (fy + 2 >= 0) & (fy - 1 < h)
+        assert (fx[reads] - 1).clamp(0, w).min() >= x0 and (fx[reads] + 2).clamp(0, w).max() <= x1
+        assert (fy[reads] - 1).clamp(0, h).min() >= y0 and (fy[reads] + 2).clamp(0, h).max() <= y1
+        cropped += (x1 - x0) * (y1 - y0) < h * w
+    assert cropped >= 8  # the windows do crop
+
+
+def _geometry_state(batch):
+    from detfmt.augment._geometry import GeometryState
+
+    return GeometryState.of(batch)
