@@ -238,8 +238,9 @@ class ElasticSchedule(EpochSchedule):
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue at position ``samples_seen`` of ``epoch``; ranks, batch size and threads may
-        differ from the run that saved it."""
+        """Continue at position ``samples_seen`` of ``epoch`` with the saved seed, shard window
+        and shuffle; ranks, batch size, threads and ``drop_last`` may differ from the run that
+        saved it (``drop_last`` is this loader's own: it only decides this run's tail)."""
         if (
             not isinstance(state, dict)
             or state.get("version") != STATE_VERSION
@@ -259,7 +260,8 @@ class ElasticSchedule(EpochSchedule):
         self.shard_window = window
         self.shuffle = bool(state["shuffle"])
         self.order = "random" if self.shuffle else "sequential"
-        self.drop_last = bool(state["drop_last"])
+        # drop_last stays this loader's own: it decides only this run's tail, and its natural
+        # value depends on the world size, which may differ from the saving run's
         self.samples_seen = seen
         self.batches_done = 0
 
