@@ -97,6 +97,9 @@ def test_sharded_cases_cover_section_19() -> None:
     assert len({(s["height"], s["width"]) for s in valid["sharded"]["samples"]}) > 3
     assert 0 in [s["num_samples"] for s in valid["sharded_empty_shard"]["manifest"]["shards"]]
     assert valid["sharded_no_shards"]["manifest"]["shards"] == []
+    minimal = valid["sharded_minimal_manifest"]["manifest"]
+    assert not {"extensions", "writer", "metadata"} & set(minimal)
+    assert set(minimal["schema"]) == {"codec", "classes"}
     orphans = REPO / "conformance" / "v1_1" / "valid" / "sharded_orphans" / "shards"
     named = {shard["path"] for shard in valid["sharded_orphans"]["manifest"]["shards"]}
     assert {f"shards/{p.name}" for p in orphans.iterdir()} - named  # files it must not read

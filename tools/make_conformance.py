@@ -241,12 +241,12 @@ def sample_records(samples: list[Sample], header: dict) -> list[dict]:
         record["boxes_sha256"] = sha256(np.asarray(sample.boxes, "<f4").reshape(k, 4).tobytes())
         record["classes_sha256"] = sha256(np.asarray(sample.classes, "<i4").reshape(k).tobytes())
         fields = {}
-        for spec_field in header["box_fields"]:
+        for spec_field in header.get("box_fields", []):
             values = np.asarray(sample.box_fields.get(spec_field["name"], []), spec_field["dtype"])
             fields[spec_field["name"]] = sha256(values.reshape(k).tobytes())
         record["box_fields"] = fields
         image_fields: dict = {}
-        for name in header["image_fields"]:
+        for name in header.get("image_fields", []):
             value = getattr(sample, name)
             image_fields[name] = list(value) if isinstance(value, tuple) else value
         record["image_fields"] = image_fields
@@ -1180,6 +1180,19 @@ def case_sharded_fixed_shape() -> Root:
     ], fixed_shape=(5, 7, 3), max_side=7)
 
 
+def case_sharded_minimal_manifest() -> Root:
+    """A manifest without the keys readers default (SPEC §19.3)."""
+    root = build_root([("0", [_boxed(2, 3, 85, 1)]), ("1", [_boxed(3, 2, 86, 2)])],
+                      [("cat", None), ("dog", None), ("person", None)])
+    for key in ("extensions", "writer", "metadata"):
+        del root.manifest[key]
+    for key in ("box_fields", "image_fields", "fixed_shape", "max_side"):
+        del root.manifest["schema"][key]
+    for entry in root.manifest["schema"]["classes"]:
+        del entry["source_id"]
+    return root
+
+
 VALID_1_1: dict[str, tuple[Callable[[], Root], str]] = {
     "sharded": (case_sharded, "3 shards of 3, 2 and 3 samples with max_boxes 2, 4 and 1, "
                 "variable image sizes, a box field and image fields"),
@@ -1192,6 +1205,8 @@ VALID_1_1: dict[str, tuple[Callable[[], Root], str]] = {
                              "shard, jpeg and raw in the other"),
     "sharded_fixed_shape": (case_sharded_fixed_shape, "schema fixed_shape [5, 7, 3] and max_side "
                             "7 in every shard"),
+    "sharded_minimal_manifest": (case_sharded_minimal_manifest, "the manifest omits the optional "
+                                 "keys (extensions, writer, metadata, schema fields, source_id)"),
 }
 
 
