@@ -162,6 +162,7 @@ def apply_geometric(
     steps: Sequence[GeometricTransform],
     params: Sequence[Params | None] | None = None,
     source: TiledSource | None = None,
+    recolor: tuple[Augmentation, Params | None] | None = None,
 ) -> Batch:
     """Apply consecutive geometric steps with one resample; stores each step's params.
 
@@ -169,18 +170,30 @@ def apply_geometric(
     it); boxes go through the same product (4 corners -> min/max), are clipped to the output,
     and are kept where they were valid, are non-empty and pass every step's box filter.
     ``source`` (OpenCV backend only): the images to read, as a `TiledSource` (a deferred
-    `Mosaic` canvas); ``batch.images`` then only gives the shape.
+    `Mosaic` canvas); ``batch.images`` then only gives the shape. ``recolor``: a `RandomHSV`
+    that follows the warp, with its parameters or None to draw them (after the geometric
+    steps', as when it runs on its own); on the OpenCV backend it recolours each sample as it
+    is warped (no intermediate batch), elsewhere it is applied to the warped batch.
     """
     total, used, rules = plan_steps(batch, steps, params)
     for step, step_params in zip(steps, used, strict=True):
         step.last_params = step_params
+    hsv_params: Params | None = None
+    if recolor is not None:
+        module, hsv_params = recolor
+        if hsv_params is None:
+            hsv_params = module.sample(batch)
+        module.last_params = hsv_params
     interpolation = "bilinear" if any(s.interpolation == "bilinear" for s in steps) else "nearest"
     warp = warp_images
     options: dict[str, Any] = {}
-    if source is not None or _backend.use_opencv(batch.images):
+    opencv = source is not None or _backend.use_opencv(batch.images)
+    if opencv:
         from detfmt.augment._opencv import warp_images_opencv as warp  # cv2 and numpy on demand
 
         options["source"] = source
+        if hsv_params is not None and batch.images.shape[1] == 3:
+            options["hsv"] = hsv_params["gains"]
     images = warp(
         batch.images,
         total.matrix,
@@ -203,4 +216,7 @@ def apply_geometric(
     if batch.sizes is not None:
         sizes = torch.tensor(total.out_size, dtype=batch.sizes.dtype, device=batch.sizes.device)
         sizes = sizes.expand(len(batch), 2).clone()
-    return out.replace(images=images, sizes=sizes)
+    out = out.replace(images=images, sizes=sizes)
+    if recolor is not None and "hsv" not in options:
+        out = recolor[0].apply(out, hsv_params)
+    return out

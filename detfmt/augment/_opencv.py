@@ -219,13 +219,16 @@ def warp_images_opencv(
     sizes: torch.Tensor | None = None,
     affine_only: bool = False,
     source: TiledSource | None = None,
+    hsv: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """`_warp.warp_images` for uint8 CPU images with ``cv2.warpAffine`` / ``warpPerspective``.
 
     Each sample reads only the window of its source the output can reach (`source_windows`),
     RGB staged as RGBA. A sample's valid region is its canvas, so pixels outside it read as the
     constant border, as in the torch path. ``source`` replaces ``images`` with a `TiledSource`
-    (a `Mosaic` canvas that is never built). Returns channels_last uint8 images.
+    (a `Mosaic` canvas that is never built). ``hsv`` (B, 3) gains: apply `RandomHSV` to the
+    warped pixels before they are written (RGB images only; what `hsv_opencv` of the result
+    gives, without the intermediate batch). Returns channels_last uint8 images.
     """
     cv2 = _cv2()
     if source is None:
@@ -244,12 +247,17 @@ def warp_images_opencv(
     border = (float(fill),) * 4
     perspective = not affine_only
     staged = 4 if channels == 3 else channels
+    if hsv is not None and channels != 3:
+        raise ValueError("hsv needs RGB images")
+    gains = hsv_gains(hsv) if hsv is not None else None
 
     def one(i: int) -> None:
         x0, y0, x1, y1 = windows[i]
         target = dst[i]
         if x1 <= x0 or y1 <= y0:  # the output sees none of the canvas
             target.fill(round(fill))
+            if gains is not None:
+                _hsv_into(target, gains[i], target)
             return
         image = _read_window(source, i, (x0, y0, x1, y1), staged)
         # Window coordinates: the inverse map followed by a shift of (-x0, -y0).
@@ -270,7 +278,9 @@ def warp_images_opencv(
             borderMode=cv2.BORDER_CONSTANT,
             borderValue=border,
         )
-        if staged == 4:
+        if gains is not None:
+            _hsv_into(warped, gains[i], target)
+        elif staged == 4:
             cv2.cvtColor(warped, cv2.COLOR_RGBA2RGB, dst=target)
 
     _for_each_sample(batch, one)
@@ -290,24 +300,44 @@ def hsv_luts(gains: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return hue, sat, val
 
 
-def hsv_opencv(images: torch.Tensor, gains: torch.Tensor) -> torch.Tensor:
-    """`color.apply_hsv_gains` for uint8 RGB CPU images, Ultralytics' OpenCV calls per sample.
+def _hsv_into(image: np.ndarray, gains: np.ndarray, dst: np.ndarray) -> None:
+    """Ultralytics' HSV LUTs on one RGB or RGBA (H, W, C) image, written as RGB into ``dst``.
 
-    cvtColor, split, three single-channel LUTs, merge, cvtColor (one 3-channel LUT is slower).
+    cvtColor, split, one LUT per plane (skipped where the table is the identity, as the hue
+    table is when floor(r_h 180) = 0), merge, cvtColor, all into this thread's scratch buffers
+    (a 3-channel LUT is slower than split + 3 single-channel ones + merge).
     """
     cv2 = _cv2()
+    height, width = image.shape[:2]
+    hsv = _scratch("hsv", (height, width, 3))
+    planes = [_scratch(f"plane{c}", (height, width)) for c in range(3)]
+    cv2.cvtColor(image, cv2.COLOR_RGB2HSV, dst=hsv)
+    cv2.split(hsv, planes)
+    for plane, lut in zip(planes, hsv_luts(gains), strict=True):
+        if not np.array_equal(lut, _IDENTITY):
+            cv2.LUT(plane, lut, dst=plane)
+    cv2.merge(planes, dst=hsv)
+    cv2.cvtColor(hsv, cv2.COLOR_HSV2RGB, dst=dst)
+
+
+_IDENTITY = np.arange(256, dtype=np.uint8)
+
+
+def hsv_opencv(images: torch.Tensor, gains: torch.Tensor) -> torch.Tensor:
+    """`color.apply_hsv_gains` for uint8 RGB CPU images, Ultralytics' OpenCV calls per sample."""
     batch, channels, height, width = images.shape
     src = _hwc(images)
     out = _empty_like_batch(batch, channels, height, width)
     dst = out.permute(0, 2, 3, 1).numpy()
-    per_sample = gains.detach().to("cpu", torch.float64).numpy()
+    per_sample = hsv_gains(gains)
 
     def one(i: int) -> None:
-        hsv = cv2.cvtColor(src[i], cv2.COLOR_RGB2HSV)
-        planes = cv2.split(hsv)
-        luts = hsv_luts(per_sample[i])
-        cv2.merge([cv2.LUT(p, lut) for p, lut in zip(planes, luts, strict=True)], dst=hsv)
-        cv2.cvtColor(hsv, cv2.COLOR_HSV2RGB, dst=dst[i])
+        _hsv_into(src[i], per_sample[i], dst[i])
 
     _for_each_sample(batch, one)
     return out
+
+
+def hsv_gains(gains: torch.Tensor) -> np.ndarray:
+    """(B, 3) float64 numpy gains r_h, r_s, r_v."""
+    return gains.detach().to("cpu", torch.float64).numpy()

@@ -8,8 +8,10 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from detfmt.augment import _backend
 from detfmt.augment._base import Augmentation, Params
 from detfmt.augment._geometry import GeometricTransform, apply_geometric
+from detfmt.augment.color import RandomHSV
 from detfmt.augment.mosaic import Mosaic
 from detfmt.errors import UsageError
 from detfmt.torch.batch import Batch
@@ -68,44 +70,63 @@ class Compose(Augmentation):
     def forward(self, batch: Batch, params: list[Params] | None = None) -> Batch:  # type: ignore[override]
         if params is not None and len(params) != len(self.transforms):
             raise UsageError(f"params must have {len(self.transforms)} entries, got {len(params)}")
+        if not isinstance(batch, Batch):
+            raise UsageError(f"expected a detfmt.torch.Batch, got {type(batch)!r}")
         used: list[Params] = [{} for _ in self.transforms]
         groups = self._groups()
         deferred: tuple[TiledSource, Callable[[], None]] | None = None
+        recolored = -1  # index of a RandomHSV already applied inside the warp before it
+
+        def given(i: int) -> Params | None:
+            return params[i] if params is not None else None
+
         for k, group in enumerate(groups):
             first = self.transforms[group[0]]
+            if group[0] == recolored:
+                used[group[0]] = first.last_params or {}
+                continue
+            following = groups[k + 1] if k + 1 < len(groups) else None
             if (
                 isinstance(first, Mosaic)
-                and k + 1 < len(groups)
-                and self._warps_once(groups[k + 1])
+                and following is not None
+                and self._warps_once(following)
                 and first.can_defer(batch)
             ):
                 # The warp that follows reads the tiles: the (2H, 2W) canvas is never built.
-                given_m = params[group[0]] if params is not None else None
-                mosaic_params = given_m if given_m is not None else first.sample(batch)
+                mosaic_params = given(group[0])
+                if mosaic_params is None:
+                    mosaic_params = first.sample(batch)
                 first.last_params = mosaic_params
                 batch, *pending = first.apply_deferred(batch, mosaic_params)
                 deferred = (pending[0], pending[1])
                 used[group[0]] = mosaic_params
                 continue
-            if deferred is not None:
+            if deferred is not None or self._warps_once(group):
                 steps = [self.transforms[i] for i in group]
-                given = [params[i] for i in group] if params is not None else None
-                source, finish = deferred
+                recolor = None
+                after = group[-1] + 1
+                if (
+                    after < len(self.transforms)
+                    and type(self.transforms[after]) is RandomHSV
+                    and batch.images.shape[1] == 3
+                    and (deferred is not None or _backend.use_opencv(batch.images))
+                ):
+                    # OpenCV recolours each warped sample before writing it out.
+                    recolor = (self.transforms[after], given(after))
+                    recolored = after
+                source, finish = deferred if deferred is not None else (None, None)
                 deferred = None
-                batch = apply_geometric(batch, steps, given, source=source)
-                finish()
+                batch = apply_geometric(
+                    batch, steps, [given(i) for i in group], source=source, recolor=recolor
+                )
+                if finish is not None:
+                    finish()
                 for i, step in zip(group, steps, strict=True):
                     used[i] = step.last_params or {}
                 continue
-            if self.fuse and isinstance(first, GeometricTransform) and len(group) > 1:
-                steps = [self.transforms[i] for i in group]
-                given = [params[i] for i in group] if params is not None else None
-                batch = apply_geometric(batch, steps, given)
-                for i, step in zip(group, steps, strict=True):
-                    used[i] = step.last_params or {}
-            else:
-                given_one = params[group[0]] if params is not None else None
-                batch = first(batch, given_one) if isinstance(first, Augmentation) else first(batch)
-                used[group[0]] = getattr(first, "last_params", None) or {}
+            batch = (
+                first(batch, given(group[0])) if isinstance(first, Augmentation) else first(batch)
+            )
+            used[group[0]] = getattr(first, "last_params", None) or {}
         self.last_params = used
         return batch

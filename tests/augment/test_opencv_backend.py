@@ -256,3 +256,22 @@ def _geometry_state(batch):
     from detfmt.augment._geometry import GeometryState
 
     return GeometryState.of(batch)
+
+
+def test_hsv_fused_into_the_warp_equals_hsv_after_it():
+    """Compose recolours each warped sample inside the OpenCV warp: same pixels as RandomHSV on
+    the warped batch, and the same parameters, drawn in the same order, as the torch backend."""
+    batch = make_batch(4, 64, 80, 6, seed=17)
+    modules = [A.Mosaic(), A.RandomAffine(degrees=10, size=(64, 80)), A.RandomFlip(), A.RandomHSV()]
+    pipeline = A.Compose(modules, generator=torch.Generator().manual_seed(18))
+    fused, params = _run(pipeline, batch, "opencv")
+    assert modules[3].last_params is params[3]
+    pipeline_torch = A.Compose(modules, generator=torch.Generator().manual_seed(18))
+    _, params_torch = _run(pipeline_torch, batch, "torch")
+    for mine, theirs in zip(params, params_torch, strict=True):
+        assert mine.keys() == theirs.keys()
+        assert all(torch.equal(mine[k], theirs[k]) for k in mine)
+    warped, _ = _run(A.Compose(modules[:3]), batch, "opencv", params[:3])
+    want, _ = _run(A.Compose(modules[3:]), warped, "opencv", params[3:])
+    assert torch.equal(fused.images, want.images)
+    _assert_same_targets(fused, want, "hsv fused")
