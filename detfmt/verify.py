@@ -55,8 +55,8 @@ def verify(path: str | os.PathLike[str], *, raise_on_error: bool = True,
             list attached as ``error.violations``.
     """
     root = Path(path)
-    if not os.path.lexists(root / spec.HEADER_FILE) and (root / "manifest.json").is_file():
-        from detfmt.shard.verify import verify_sharded  # a 1.1 sharded root
+    if (root / "manifest.json").is_file():  # a 1.1 sharded root (S-1: never also a 1.0 one)
+        from detfmt.shard.verify import verify_sharded
 
         return verify_sharded(root, raise_on_error=raise_on_error)
     report = VerifyReport(path=root)

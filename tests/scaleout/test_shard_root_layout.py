@@ -46,6 +46,7 @@ def test_root_with_a_complete_1_0_dataset_too_is_refused(root, tmp_path):
     assert str(root) in str(error)
     _refused(lambda: ShardedDataset(root))
     _refused(lambda: verify_sharded(root))
+    _refused(lambda: detfmt.verify(root))  # the top-level verify too, not the 1.0 half of it
     report = verify_sharded(root, raise_on_error=False)
     assert [v.rule for v in report.violations] == ["ROOT_LAYOUT"]
 
