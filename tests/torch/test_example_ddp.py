@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import detfmt
+from detfmt.shard.write import commit, write_partition
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -36,7 +37,12 @@ def roots(tmp_path_factory):
                         "classes": rng.integers(0, 3, k).astype(np.int32)})
     single = tmp / "single"
     detfmt.write(samples, single, classes=["a", "b", "c"], progress=False)
-    return {"single": single}
+    sharded = tmp / "sharded"  # 5 partitions of 10 samples, shards rolled at ~6 KB
+    metas = [m for p in range(5) for m in write_partition(
+        samples[p * 10 : (p + 1) * 10], sharded, p, classes=["a", "b", "c"], shard_bytes=6000)]
+    commit(sharded, metas)
+    assert len(metas) > 5
+    return {"single": single, "sharded": sharded}
 
 
 def torchrun(world, root, report, *extra):
@@ -50,7 +56,7 @@ def torchrun(world, root, report, *extra):
     return json.loads(Path(report).read_text())
 
 
-@pytest.mark.parametrize("kind", ["single"])
+@pytest.mark.parametrize("kind", ["single", "sharded"])
 def test_same_global_order_on_any_world_size_and_resume_across_them(tmp_path, roots, kind):
     root = roots[kind]
     one = torchrun(1, root, tmp_path / "one.json")
