@@ -8,7 +8,10 @@ boxes and masks are computed by the same torch code either way.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import threading
+from collections.abc import Iterator
 from typing import Literal
 
 import torch
@@ -60,3 +63,38 @@ def use_opencv(images: torch.Tensor) -> bool:
         and not images.requires_grad
         and cv2_available()
     )
+
+
+_local = threading.local()
+
+
+def pool_threads() -> int:
+    """Threads for the per-sample OpenCV pool: torch's count as it was outside `small_ops`."""
+    saved = getattr(_local, "threads", None)
+    return saved if saved is not None else torch.get_num_threads()
+
+
+@contextlib.contextmanager
+def small_ops(images: torch.Tensor) -> Iterator[None]:
+    """Run the bookkeeping of an OpenCV-backend call (parameters, matrices, boxes) on 1 thread.
+
+    Those are eager torch ops on a few hundred numbers; with 2 intra-op threads on a busy
+    machine one small ``bmm``, ``linalg.inv`` or advanced index took 1-10 ms instead of
+    10-100 us, waiting for a descheduled worker. ``torch.set_num_threads`` only sets the
+    calling thread's OpenMP count (other running threads keep theirs), and is restored on exit;
+    the OpenCV pool still gets the caller's count (`pool_threads`). No-op unless ``images``
+    take the OpenCV backend, so batched torch kernels keep their threads.
+    """
+    if getattr(_local, "threads", None) is not None or not use_opencv(images):
+        yield
+        return
+    previous = torch.get_num_threads()
+    _local.threads = previous
+    if previous != 1:
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        if previous != 1:
+            torch.set_num_threads(previous)
+        _local.threads = None

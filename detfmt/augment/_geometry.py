@@ -175,6 +175,17 @@ def apply_geometric(
     steps', as when it runs on its own); on the OpenCV backend it recolours each sample as it
     is warped (no intermediate batch), elsewhere it is applied to the warped batch.
     """
+    with _backend.small_ops(batch.images):
+        return _apply_geometric(batch, steps, params, source, recolor)
+
+
+def _apply_geometric(
+    batch: Batch,
+    steps: Sequence[GeometricTransform],
+    params: Sequence[Params | None] | None,
+    source: TiledSource | None,
+    recolor: tuple[Augmentation, Params | None] | None,
+) -> Batch:
     total, used, rules = plan_steps(batch, steps, params)
     for step, step_params in zip(steps, used, strict=True):
         step.last_params = step_params

@@ -28,13 +28,15 @@ def _cv2() -> Any:
 
 
 def _for_each_sample(count: int, fn: Callable[[int], None]) -> None:
-    """Run ``fn(i)`` for every sample on ``torch.get_num_threads()`` threads, OpenCV at 1 thread.
+    """Run ``fn(i)`` for every sample on torch's thread count (`pool_threads`), OpenCV at 1 thread.
 
     OpenCV's thread count is process-global, so it is restored afterwards (other OpenCV users,
     like the benchmark's reference side, keep their own setting).
     """
+    from detfmt.augment._backend import pool_threads
+
     cv2 = _cv2()
-    threads = max(1, min(torch.get_num_threads(), count))
+    threads = max(1, min(pool_threads(), count))
     previous = cv2.getNumThreads()
     cv2.setNumThreads(1)
     try:

@@ -93,11 +93,12 @@ class Compose(Augmentation):
                 and first.can_defer(batch)
             ):
                 # The warp that follows reads the tiles: the (2H, 2W) canvas is never built.
-                mosaic_params = given(group[0])
-                if mosaic_params is None:
-                    mosaic_params = first.sample(batch)
-                first.last_params = mosaic_params
-                batch, *pending = first.apply_deferred(batch, mosaic_params)
+                with _backend.small_ops(batch.images):
+                    mosaic_params = given(group[0])
+                    if mosaic_params is None:
+                        mosaic_params = first.sample(batch)
+                    first.last_params = mosaic_params
+                    batch, *pending = first.apply_deferred(batch, mosaic_params)
                 deferred = (pending[0], pending[1])
                 used[group[0]] = mosaic_params
                 continue

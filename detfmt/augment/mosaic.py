@@ -165,7 +165,8 @@ class Mosaic(Augmentation):
 
     def apply(self, batch: Batch, params: Params) -> Batch:
         by_slices = self._by_slices(batch)
-        out, placement = self._layout(batch, params, with_images=not by_slices)
+        with _backend.small_ops(batch.images):
+            out, placement = self._layout(batch, params, with_images=not by_slices)
         make = self._canvas_by_slices if by_slices else self._canvas
         canvas = make(batch, placement)
         if self.buffer is not None:

@@ -275,3 +275,34 @@ def test_hsv_fused_into_the_warp_equals_hsv_after_it():
     want, _ = _run(A.Compose(modules[3:]), warped, "opencv", params[3:])
     assert torch.equal(fused.images, want.images)
     _assert_same_targets(fused, want, "hsv fused")
+
+
+def test_bookkeeping_runs_on_one_torch_thread_and_restores_it(monkeypatch):
+    """small_ops: torch ops inside an OpenCV-backend warp see 1 thread, the OpenCV pool the
+    caller's count, and the caller's count is back afterwards (also after an error)."""
+    from detfmt.augment import _opencv
+
+    seen = {}
+    real = _opencv._for_each_sample
+
+    def spy(count, fn):
+        seen["torch"] = torch.get_num_threads()
+        seen["pool"] = _backend.pool_threads()
+        return real(count, fn)
+
+    monkeypatch.setattr(_opencv, "_for_each_sample", spy)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        batch = make_batch(2, 32, 32, 3, seed=6)
+        _run(A.Compose([A.RandomAffine(size=32), A.RandomHSV()]), batch, "opencv")
+        assert seen == {"torch": 1, "pool": 2} and torch.get_num_threads() == 2
+        seen.clear()
+        _run(A.Compose([A.RandomAffine(size=32)]), batch, "torch")  # batched kernels keep theirs
+        assert seen == {} and torch.get_num_threads() == 2
+        with pytest.raises(RuntimeError), _backend.small_ops(batch.images):
+            assert torch.get_num_threads() == 1
+            raise RuntimeError
+        assert torch.get_num_threads() == 2 and _backend.pool_threads() == 2
+    finally:
+        torch.set_num_threads(previous)
