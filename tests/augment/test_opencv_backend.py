@@ -306,3 +306,33 @@ def test_bookkeeping_runs_on_one_torch_thread_and_restores_it(monkeypatch):
         assert torch.get_num_threads() == 2 and _backend.pool_threads() == 2
     finally:
         torch.set_num_threads(previous)
+
+
+def test_uncovered_parts_of_a_window_complete_the_tiles():
+    """Tiles and the gaps `_uncovered` returns cover the window exactly once."""
+    import numpy as np
+
+    from detfmt.augment._opencv import Tile, _uncovered
+
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        xc, yc = (int(v) for v in rng.integers(1, 40, 2))
+        tiles = []
+        for q in range(4):
+            qx0, qx1 = (0, xc) if q in (0, 2) else (xc, 40)
+            qy0, qy1 = (0, yc) if q < 2 else (yc, 40)
+            if rng.random() < 0.2 or qx1 <= qx0 or qy1 <= qy0:
+                continue
+            x0, x1 = sorted(int(v) for v in rng.integers(qx0, qx1 + 1, 2))
+            y0, y1 = sorted(int(v) for v in rng.integers(qy0, qy1 + 1, 2))
+            if x1 > x0 and y1 > y0:
+                tiles.append(Tile(np.zeros((1, 1, 3), np.uint8), x0, y0, x1, y1, 0, 0))
+        wx0, wx1 = sorted(int(v) for v in rng.integers(0, 41, 2))
+        wy0, wy1 = sorted(int(v) for v in rng.integers(0, 41, 2))
+        count = np.zeros((40, 40), int)
+        for t in tiles:
+            count[t.y0 : t.y1, t.x0 : t.x1] += 1
+        for x0, y0, x1, y1 in _uncovered((wx0, wy0, wx1, wy1), tiles):
+            assert wx0 <= x0 < x1 <= wx1 and wy0 <= y0 < y1 <= wy1
+            count[y0:y1, x0:x1] += 1
+        assert (count[wy0:wy1, wx0:wx1] == 1).all()
