@@ -7,6 +7,9 @@
 2. DetfmtDatasink overhead vs calling write_partition directly, same partitions (goal <= 10%).
 3. Sharded read from a warm local cache vs the same samples as one 1.0 directory (goal >= 0.95x).
 4. Cold remote epoch from loopback S3 (moto) vs local disk: ratio and where the time goes.
+5. torch ``Loader`` over a warm local sharded root vs ``Loader`` over the same samples as one 1.0
+   directory: same batches (the sharded plan's), batch size and threads; interleaved rounds
+   (goal >= 0.95x). ``--only-loader`` runs this row alone.
 
 Needs the ``scale`` extra (ray, s3fs, moto). Every figure is measured in this run; the machine's
 load (``os.getloadavg``) is printed with them because a shared machine skews parallel speedups.
@@ -204,6 +207,57 @@ def bench_read(data: list[dict], codec: str, shard_bytes: int, tmp: str, batch: 
     return res
 
 
+def loader_epoch(loader) -> tuple[float, int]:
+    """One epoch of a torch Loader, each batch dropped at once (buffers are reused)."""
+    t = time.perf_counter()
+    n = 0
+    for b in loader:
+        n += len(b)
+    return time.perf_counter() - t, n
+
+
+def bench_loader(
+    data: list[dict], codec: str, shard_bytes: int, tmp: str, batch: int, threads: int,
+    rounds: int,
+) -> dict:
+    from detfmt.torch import Loader
+
+    root = os.path.join(tmp, "sharded")
+    metas = [
+        m
+        for i in range(4)
+        for m in write_partition(
+            data[i::4], root, i, classes=CLASSES, codec=codec, shard_bytes=shard_bytes
+        )
+    ]
+    commit(root, metas, write_id="2" * 32)
+    flat_root = os.path.join(tmp, "flat")
+    order = [s for i in range(4) for s in data[i::4]]  # same global indices as the shards
+    detfmt.write(order, flat_root, classes=CLASSES, codec=codec, progress=False)
+    sharded = Loader(root, batch, seed=0, num_threads=threads, drop_last=True)
+    flat = Loader(flat_root, batch, seed=0, num_threads=threads, drop_last=True)
+    batches = sharded.rank_batches()
+    flat.rank_batches = lambda epoch=None: batches  # the very same batches, in the same order
+    assert [b.tolist() for b in flat.rank_batches()] == [b.tolist() for b in batches]
+    res = {"shards": len(sharded.ds.shards), "samples": sum(len(b) for b in batches),
+           "batch": batch, "threads": threads, "codec": codec}
+    loader_epoch(sharded)  # warm: page cache, mappings, shard tables, buffers
+    loader_epoch(flat)
+    ts_all, tf_all = [], []
+    for _ in range(rounds):
+        ts_all.append(loader_epoch(sharded)[0])
+        tf_all.append(loader_epoch(flat)[0])
+    ts, tf = float(np.median(ts_all)), float(np.median(tf_all))
+    n = res["samples"]
+    res["sharded_loader_img_s"] = n / ts
+    res["flat_loader_img_s"] = n / tf
+    res["sharded_vs_flat_loader"] = tf / ts
+    res["sharded_vs_flat_loader_best"] = min(tf_all) / min(ts_all)
+    res["sharded_epochs_s"] = ts_all
+    res["flat_epochs_s"] = tf_all
+    return res
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--samples", type=int, default=240)
@@ -213,6 +267,9 @@ def main() -> int:
     p.add_argument("--shard-mib", type=float, default=2.0)
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--skip-ray", action="store_true")
+    p.add_argument("--only-loader", action="store_true", help="only row 5 (torch Loader)")
+    p.add_argument("--threads", type=int, default=2, help="Loader threads (row 5)")
+    p.add_argument("--rounds", type=int, default=REPEATS, help="interleaved rounds (row 5)")
     p.add_argument("--json")
     args = p.parse_args()
     shard_bytes = int(args.shard_mib * (1 << 20))
@@ -226,10 +283,15 @@ def main() -> int:
     }
     tmp = tempfile.mkdtemp(prefix="bench-scaleout-")
     try:
-        if not args.skip_ray:
+        if not args.skip_ray and not args.only_loader:
             out["write"] = bench_ray(data, 4, args.codec, shard_bytes, os.path.join(tmp, "w"))
-        out["read"] = bench_read(
-            data, args.read_codec, shard_bytes, os.path.join(tmp, "r"), args.batch
+        if not args.only_loader:
+            out["read"] = bench_read(
+                data, args.read_codec, shard_bytes, os.path.join(tmp, "r"), args.batch
+            )
+        out["loader"] = bench_loader(
+            data, args.read_codec, shard_bytes, os.path.join(tmp, "l"), args.batch,
+            args.threads, args.rounds,
         )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

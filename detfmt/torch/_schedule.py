@@ -185,17 +185,28 @@ class ElasticSchedule(EpochSchedule):
 
     def plan(self, epoch: int | None = None, samples_seen: int | None = None) -> Any:
         """This rank's `detfmt.shard.order.EpochPlan` from ``samples_seen`` (default: now)."""
+        import dataclasses
+
         from detfmt.shard.order import EpochPlan, OrderState
 
-        return EpochPlan.build(
-            self.shard_counts,
-            OrderState(
-                self.seed, self.epoch if epoch is None else epoch,
-                self.samples_seen if samples_seen is None else samples_seen,
-            ),
+        epoch = self.epoch if epoch is None else epoch
+        seen = self.samples_seen if samples_seen is None else samples_seen
+        key = (self.seed, epoch, self.shard_window, self.shuffle)
+        cached = getattr(self, "_plan_cache", None)
+        if cached is not None and cached[0] == key:  # the order of an epoch is computed once
+            plan = dataclasses.replace(
+                cached[1], world_size=self.world_size, rank=self.rank,
+                batch_size=self.batch_size, samples_seen=seen, drop_last=self.drop_last,
+            )
+            len(plan)  # the same checks as build (position range)
+            return plan
+        plan = EpochPlan.build(
+            self.shard_counts, OrderState(self.seed, epoch, seen),
             world_size=self.world_size, rank=self.rank, batch_size=self.batch_size,
             window=self.shard_window, shuffle=self.shuffle, drop_last=self.drop_last,
         )
+        self._plan_cache = (key, plan)
+        return plan
 
     def epoch_order(self, epoch: int | None = None) -> np.ndarray:
         """The global sample order of an epoch (S-18), before drop/padding."""

@@ -80,6 +80,8 @@ class Loader(EpochSchedule):
             of ``ShardedDataset.plan``).
         open_options: passed to ``detfmt.open`` when ``ds_or_path`` is a path or URL
             (``storage_options``, ``cache_dir``, ``cache_limit``, ``max_open`` for sharded roots).
+        prefetch_shards: sharded remote roots only: shards fetched ahead of the batches in
+            flight (default 2).
 
     A sharded (1.1) dataset, local or remote, gives a `ShardedLoader` (a subclass): the same
     batches and buffer contract, in the elastic order of SPEC §19.6.
@@ -117,9 +119,10 @@ class Loader(EpochSchedule):
         gpu_decode: bool = False,
         shard_window: int | None = None,
         open_options: dict[str, Any] | None = None,
+        prefetch_shards: int | None = None,
     ) -> None:
-        if shard_window is not None:
-            raise UsageError("shard_window applies to sharded (1.1) datasets only")
+        if shard_window is not None or prefetch_shards is not None:
+            raise UsageError("shard_window and prefetch_shards apply to sharded (1.1) datasets")
         self._setup(ds_or_path, batch_size, num_threads, prefetch, pin_memory, device, layout,
                     pad_value, open_options)
         order = order if order is not None else ("random" if shuffle else "sequential")
@@ -332,7 +335,7 @@ class ShardedLoader(ElasticSchedule, Loader):
         gpu_decode: bool = False,
         shard_window: int | None = None,
         open_options: dict[str, Any] | None = None,
-        prefetch_shards: int = 2,
+        prefetch_shards: int | None = None,
     ) -> None:
         from detfmt.shard.order import DEFAULT_SHARD_WINDOW
         from detfmt.torch._shard_gather import ShardGatherer
@@ -350,6 +353,7 @@ class ShardedLoader(ElasticSchedule, Loader):
             raise UsageError("quasi_block applies to 1.0 datasets; sharded ones use shard_window")
         if gpu_decode:
             raise UsageError("gpu_decode=True is not available for sharded datasets yet")
+        prefetch_shards = 2 if prefetch_shards is None else prefetch_shards
         if not isinstance(prefetch_shards, int) or prefetch_shards < 0:
             raise UsageError(f"prefetch_shards must be a non-negative int: {prefetch_shards!r}")
         self._setup(ds_or_path, batch_size, num_threads, prefetch, pin_memory, device, layout,

@@ -297,6 +297,8 @@ def test_path_and_usage_errors(sharded, make_ds):
     with pytest.raises(UsageError):
         Loader(flat, 2, shard_window=2)
     with pytest.raises(UsageError):
+        Loader(flat, 2, prefetch_shards=1)
+    with pytest.raises(UsageError):
         ShardedLoader(flat, 2)
     with pytest.raises(UsageError):
         RingDataLoader(sharded, 2)
