@@ -336,3 +336,26 @@ def test_uncovered_parts_of_a_window_complete_the_tiles():
             assert wx0 <= x0 < x1 <= wx1 and wy0 <= y0 < y1 <= wy1
             count[y0:y1, x0:x1] += 1
         assert (count[wy0:wy1, wx0:wx1] == 1).all()
+
+
+def test_huge_page_outputs_are_ordinary_channels_last_tensors(monkeypatch):
+    """Outputs backed by an madvised mapping: same pixels and layout as torch.empty ones, and
+    they stay valid after every other reference is gone."""
+    import gc
+
+    from detfmt.augment import _opencv
+
+    if not _opencv._huge_pages["enabled"]:
+        pytest.skip("no MADV_HUGEPAGE on this platform")
+    batch = make_batch(3, 40, 48, 4, seed=7)
+    pipeline = A.Compose([A.RandomAffine(size=40), A.RandomHSV()])
+    plain, params = _run(pipeline, batch, "opencv")
+    monkeypatch.setattr(_opencv, "HUGE_PAGE_MIN_BYTES", 0)
+    mapped, _ = _run(pipeline, batch, "opencv", params)
+    images = mapped.images
+    del mapped
+    gc.collect()
+    assert images.is_contiguous(memory_format=torch.channels_last)
+    assert torch.equal(images, plain.images)
+    images += 1  # writable
+    assert torch.equal(images, plain.images + 1)
