@@ -359,3 +359,25 @@ def test_huge_page_outputs_are_ordinary_channels_last_tensors(monkeypatch):
     assert torch.equal(images, plain.images)
     images += 1  # writable
     assert torch.equal(images, plain.images + 1)
+
+
+def test_hsv_tables_are_ultralytics_luts():
+    """The batched tables equal Ultralytics' per-sample float64 LUTs; only identity planes skip."""
+    import numpy as np
+
+    from detfmt.augment._opencv import _hsv_tables
+
+    g = torch.Generator().manual_seed(3)
+    gains = (torch.rand(500, 3, generator=g, dtype=torch.float64) * 2 - 1) * torch.tensor(
+        [0.015, 0.9, 0.9], dtype=torch.float64
+    )
+    gains[0] = torch.tensor([0.001, 0.0, 0.0], dtype=torch.float64)  # floor(r_h 180) == 0
+    tables, used = _hsv_tables(gains)
+    x = np.arange(256, dtype=np.float64)
+    for r, table, needed in zip(gains.numpy(), tables, used, strict=True):
+        assert np.array_equal(table[0], ((x + r[0] * 180) % 180).astype(np.uint8))
+        assert np.array_equal(table[1], np.clip(x * (r[1] + 1), 0, 255).astype(np.uint8))
+        assert np.array_equal(table[2], np.clip(x * (r[2] + 1), 0, 255).astype(np.uint8))
+        assert needed[0] == (np.floor(r[0] * 180) != 0)
+        assert needed[1:] == [not np.array_equal(t, x.astype(np.uint8)) for t in table[1:]]
+    assert used[0] == [False, False, False]
