@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-import mmap
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -19,6 +18,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from detfmt.augment._memory import empty_hwc
 
 _pool_lock = threading.Lock()
 _pools: dict[int, ThreadPoolExecutor] = {}
@@ -64,34 +65,9 @@ def _hwc(images: torch.Tensor) -> np.ndarray:
     return images.permute(0, 2, 3, 1).numpy()
 
 
-# Outputs from this size on are backed by memory advised for transparent huge pages.
-HUGE_PAGE_MIN_BYTES = 8 << 20
-_huge_pages = {"enabled": hasattr(mmap, "MADV_HUGEPAGE")}
-
-
 def _empty_like_batch(batch: int, channels: int, height: int, width: int) -> torch.Tensor:
-    """A fresh channels_last uint8 (B, C, H, W) output.
-
-    A 32 x 640 x 640 x 3 batch is 39 MB: malloc maps fresh pages for it on every call, and
-    first-touching them cost ~31 ms of CPU per batch on the development VM (the reference's
-    per-image 1.2 MB arrays are recycled by malloc instead). An anonymous mapping advised with
-    ``MADV_HUGEPAGE`` faults in 2 MB pages: ~6.5 ms. It is an ordinary tensor to the caller (its
-    storage is a numpy view that keeps the mapping alive). Where the kernel has no transparent
-    huge pages the advice is ignored and the cost is as before.
-    """
-    nbytes = batch * channels * height * width
-    if _huge_pages["enabled"] and nbytes >= HUGE_PAGE_MIN_BYTES:
-        try:
-            region = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-            region.madvise(mmap.MADV_HUGEPAGE)
-        except (OSError, ValueError):
-            region = None
-        if region is not None:
-            hwc = np.frombuffer(region, dtype=np.uint8).reshape(batch, height, width, channels)
-            return torch.from_numpy(hwc).permute(0, 3, 1, 2)
-    return torch.empty(
-        (batch, channels, height, width), dtype=torch.uint8, memory_format=torch.channels_last
-    )
+    """A fresh channels_last uint8 (B, C, H, W) output (huge-page backed when large)."""
+    return empty_hwc((batch, height, width, channels), torch.uint8).permute(0, 3, 1, 2)
 
 
 def _plane(array: np.ndarray) -> np.ndarray:

@@ -16,6 +16,7 @@ from detfmt.augment import _backend
 from detfmt.augment import _random as rnd
 from detfmt.augment._base import Augmentation, Params, check_probability, fill_for, image_hw
 from detfmt.augment._matrix import clip_boxes
+from detfmt.augment._memory import empty_hwc
 from detfmt.augment.sanitize import non_empty
 from detfmt.errors import UsageError
 from detfmt.torch.batch import Batch
@@ -321,9 +322,8 @@ class Mosaic(Augmentation):
         height, width = image_hw(batch.images)
         hwc, rects = self._rectangles(batch, placement)
         fill = fill_for(batch.images, self.fill)
-        canvas = torch.from_numpy(hwc).new_full(
-            (len(batch), 2 * height, 2 * width, hwc.shape[-1]), fill
-        )
+        canvas = empty_hwc((len(batch), 2 * height, 2 * width, hwc.shape[-1]), batch.images.dtype)
+        canvas.fill_(fill)
         canvas_np = canvas.numpy()
         for b, mine in enumerate(rects):
             for r in mine:

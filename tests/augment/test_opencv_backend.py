@@ -343,14 +343,14 @@ def test_huge_page_outputs_are_ordinary_channels_last_tensors(monkeypatch):
     they stay valid after every other reference is gone."""
     import gc
 
-    from detfmt.augment import _opencv
+    from detfmt.augment import _memory
 
-    if not _opencv._huge_pages["enabled"]:
+    if not _memory._huge_pages["enabled"]:
         pytest.skip("no MADV_HUGEPAGE on this platform")
     batch = make_batch(3, 40, 48, 4, seed=7)
     pipeline = A.Compose([A.RandomAffine(size=40), A.RandomHSV()])
     plain, params = _run(pipeline, batch, "opencv")
-    monkeypatch.setattr(_opencv, "HUGE_PAGE_MIN_BYTES", 0)
+    monkeypatch.setattr(_memory, "HUGE_PAGE_MIN_BYTES", 0)
     mapped, _ = _run(pipeline, batch, "opencv", params)
     images = mapped.images
     del mapped
