@@ -184,6 +184,42 @@ def timed(fn, repeats: int, sync, cpu: list[float] | None = None) -> list[float]
     return times
 
 
+_STEPS = {
+    "<warpAffine>": "warpAffine",
+    "<warpPerspective>": "warpAffine",
+    "<cvtColor>": "cvtColor",
+    "<LUT>": "LUT, split, merge",
+    "<split>": "LUT, split, merge",
+    "<merge>": "LUT, split, merge",
+}
+
+
+def profile_steps(fn, repeats: int) -> dict[str, float]:
+    """CPU ms per call by step: OpenCV kernels by name, the rest (Python, torch, numpy) lumped.
+
+    cProfile with process time sees only the calling thread, so run with ``--threads 1`` for
+    the detfmt side (its per-sample pool then runs inline).
+    """
+    import cProfile
+    import pstats
+
+    fn()
+    profiler = cProfile.Profile(time.process_time)
+    start = time.process_time()
+    profiler.enable()
+    for _ in range(repeats):
+        fn()
+    profiler.disable()
+    total = (time.process_time() - start) / repeats * 1e3
+    steps: dict[str, float] = {}
+    for (_, _, name), (_, _, own, _, _) in pstats.Stats(profiler).stats.items():  # type: ignore[attr-defined]
+        if name in _STEPS:
+            steps[_STEPS[name]] = steps.get(_STEPS[name], 0.0) + own / repeats * 1e3
+    steps["everything else"] = total - sum(steps.values())
+    steps["total"] = total
+    return steps
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=32)
@@ -199,6 +235,11 @@ def main(argv: list[str] | None = None) -> int:
         "--compile",
         action="store_true",
         help="also time with detfmt.augment.use_compiled_kernels (torch.compile; slow first call)",
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="also print CPU ms per step (cProfile; use with --threads 1)",
     )
     parser.add_argument(
         "--backends",
@@ -292,6 +333,24 @@ def main(argv: list[str] | None = None) -> int:
         )
     else:
         print("\nreference skipped: opencv-python-headless is not installed")
+    if args.profile:
+        print("\n| CPU ms / batch by step | " + " | ".join(["reference", *ours]) + " |")
+        print("|---" * (2 + len(ours)) + "|")
+        columns = []
+        if cv2 is not None:
+            columns.append(profile_steps(reference, args.repeats))
+        for _, backend, compiled in variants:
+            A.set_cpu_backend(backend)
+            A.use_compiled_kernels(compiled)
+            columns.append(profile_steps(lambda: pipeline(batch), args.repeats))
+        A.use_compiled_kernels(False)
+        A.set_cpu_backend("auto")
+        if cv2 is None:
+            columns.insert(0, {})
+        names = dict.fromkeys(name for column in columns for name in column)
+        for name in names:
+            cells = " | ".join(f"{column.get(name, 0.0):.1f}" for column in columns)
+            print(f"| {name} | {cells} |")
     for label, seconds in warmup_s.items():
         print(
             f"\nwarm-up ({args.warmup} call(s), includes compilation) for {label}: {seconds:.1f} s"
