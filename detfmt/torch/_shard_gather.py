@@ -67,18 +67,19 @@ class ShardJob:
     """One batch located in its shards: shard and local index per sample, the shards' tables."""
 
     __slots__ = (
-        "counts", "heights", "indices", "local", "readers", "shard_list", "shards", "tables",
-        "widths",
+        "counts", "heights", "indices", "local", "readers", "shard_list", "shards", "sizes",
+        "tables", "widths",
     )
 
-    def __init__(self, indices, shards, local, tables, heights, widths, counts, readers) -> None:
+    def __init__(self, indices, shards, local, tables, sizes, counts, readers) -> None:
         self.indices = indices
         self.shards = shards  # (B,) shard number of each sample
         self.shard_list = shards.tolist()
         self.local = local  # (B,) index inside its shard
         self.tables = tables  # {shard number: _Tables}
-        self.heights = heights
-        self.widths = widths
+        self.sizes = sizes  # (B, 2) int32 (height, width)
+        self.heights = sizes[:, 0]
+        self.widths = sizes[:, 1]
         self.counts = counts
         self.readers = readers  # remote roots: the shard readers stay open during the gather
 
@@ -88,10 +89,6 @@ class ShardJob:
         if not len(self.indices):
             return (1, 1)
         return int(self.heights.max()), int(self.widths.max())
-
-    @property
-    def sizes(self) -> np.ndarray:
-        return np.stack([self.heights, self.widths], axis=1).astype(np.int32)
 
     def groups(self) -> list[tuple[_Tables, Any, np.ndarray]]:
         """[(tables, batch rows, local indices)] per shard (rows is a slice for one shard)."""
@@ -128,8 +125,7 @@ class ShardGatherer:
         self.num_classes = len(self.schema.classes)
         self.root = str(ds.root)
         self.remote = bool(getattr(ds, "is_remote", False))
-        self.heights = np.zeros(n, np.int32)
-        self.widths = np.zeros(n, np.int32)
+        self.sizes = np.zeros((n, 2), np.int32)
         self.counts = np.zeros(n, np.int32)
         self.offsets = np.zeros(n, np.int64)
         self.codecs = np.zeros(n, np.uint8)
@@ -153,17 +149,17 @@ class ShardGatherer:
         t = self._tables.get(reader)
         if t is None:
             t = _Tables(reader)
-            with self._lock:
-                self._tables[reader] = t
-                if not self._ready[k]:  # the per-sample tables of the whole dataset
+            with self._lock:  # fill the dataset-wide tables before anyone can find ``t``
+                if not self._ready[k]:
                     lo = int(self.starts[k])
                     hi = lo + len(t.heights)
-                    self.heights[lo:hi] = t.heights
-                    self.widths[lo:hi] = t.widths
+                    self.sizes[lo:hi, 0] = t.heights
+                    self.sizes[lo:hi, 1] = t.widths
                     self.counts[lo:hi] = t.counts
                     self.offsets[lo:hi] = t.offsets
                     self.codecs[lo:hi] = t.codecs
                     self._ready[k] = True
+                self._tables[reader] = t
                 if not self.remote:  # local shards stay mapped (cheap), whatever max_open says
                     self._kept[k] = (reader, t)
         return reader, t
@@ -177,7 +173,7 @@ class ShardGatherer:
                 self.tables(k)
         if not self.n:
             return (1, 1)
-        return max(1, int(self.heights.max())), max(1, int(self.widths.max()))
+        return max(1, int(self.sizes[:, 0].max())), max(1, int(self.sizes[:, 1].max()))
 
     def prepare(self, indices: np.ndarray) -> ShardJob:
         """Locate ``indices`` (global, in 0..N-1) in their shards and read their sizes/counts."""
@@ -192,8 +188,8 @@ class ShardGatherer:
             if reader is not None:
                 readers.append(reader)
         return ShardJob(
-            idx, shards, idx - self.starts[shards], tables, self.heights[idx],
-            self.widths[idx], self.counts[idx], readers,
+            idx, shards, idx - self.starts[shards], tables, self.sizes[idx], self.counts[idx],
+            readers,
         )
 
     # -- pixels --------------------------------------------------------------------------------
@@ -323,5 +319,8 @@ class ShardGatherer:
             )
 
     def close(self) -> None:
+        """Forget the shard tables and the readers kept for local roots."""
         with self._lock:
             self._tables = weakref.WeakKeyDictionary()
+            self._kept = {}
+            self._ready[:] = False

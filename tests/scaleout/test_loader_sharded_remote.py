@@ -7,6 +7,7 @@ prefetches the next ones along the plan, like ``ShardedDataset.iter_batches``.
 from __future__ import annotations
 
 import gc
+import pickle
 import threading
 
 import numpy as np
@@ -79,10 +80,13 @@ def test_loader_over_http_root_matches_local_and_plan(tmp_path, local_root):
         state = loader.state_dict()
         assert state["samples_seen"] == sum(SIZES)
 
-        items = DetectionDataset(url)  # pickles by URL; opens through the default node cache
+        # pickles as (URL, open options, write_id): a worker opens the same node cache
+        items = pickle.loads(pickle.dumps(DetectionDataset(
+            detfmt.open(url, cache_dir=str(tmp_path / "cache3")))))
         sample = local[13]
         np.testing.assert_array_equal(items[13]["image"].numpy(), sample.image)
         np.testing.assert_array_equal(items[13]["boxes"].numpy(), sample.boxes)
+        assert items.ds._cache.dir.startswith(str(tmp_path / "cache3"))
 
         it = iter(Loader(url, 3, num_threads=3, prefetch=4,
                          open_options={"cache_dir": str(tmp_path / "cache2")}))
