@@ -56,7 +56,8 @@ class Loader(EpochSchedule):
     """Iterate over batches of a detfmt dataset (an iterable; one epoch per ``iter()``).
 
     Args:
-        ds_or_path: an open dataset (``detfmt.open``) or its path.
+        ds_or_path: an open dataset (``detfmt.open``, 1.0 or sharded), a 1.0 directory, or a
+            sharded root (a directory with manifest.json, or a URL such as ``s3://b/ds``).
         batch_size: samples per batch on this rank.
         shuffle: ``order="random"`` when True, ``"sequential"`` when False (unless ``order`` set).
         seed: the order's seed (docs/spec-order.md); with ``set_epoch`` it fixes every batch.
