@@ -102,18 +102,20 @@ class Compose(Augmentation):
                 deferred = (pending[0], pending[1])
                 used[group[0]] = mosaic_params
                 continue
-            if deferred is not None or self._warps_once(group):
+            after = group[-1] + 1
+            recolor = None
+            if (
+                self._warps_once(group)
+                and after < len(self.transforms)
+                and type(self.transforms[after]) is RandomHSV
+                and batch.images.shape[1] == 3
+                and (deferred is not None or _backend.use_opencv(batch.images))
+            ):
+                # OpenCV recolours each warped sample before writing it out.
+                recolor = (self.transforms[after], given(after))
+            if deferred is not None or recolor is not None or len(group) > 1:
                 steps = [self.transforms[i] for i in group]
-                recolor = None
-                after = group[-1] + 1
-                if (
-                    after < len(self.transforms)
-                    and type(self.transforms[after]) is RandomHSV
-                    and batch.images.shape[1] == 3
-                    and (deferred is not None or _backend.use_opencv(batch.images))
-                ):
-                    # OpenCV recolours each warped sample before writing it out.
-                    recolor = (self.transforms[after], given(after))
+                if recolor is not None:
                     recolored = after
                 source, finish = deferred if deferred is not None else (None, None)
                 deferred = None
