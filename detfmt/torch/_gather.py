@@ -67,7 +67,13 @@ class Gatherer:
         if self.blob is None and len(self.offsets) and os.path.getsize(self.blob_path) > 0:
             self.blob = np.asarray(np.memmap(self.blob_path, dtype=np.uint8, mode="r"))
         self._local = threading.local()
-        self.fd = os.open(self.blob_path, os.O_RDONLY)  # preadv, and read-ahead advice
+        if os.path.isfile(self.blob_path):
+            self.fd = os.open(self.blob_path, os.O_RDONLY)  # preadv, and read-ahead advice
+        elif io == "pread" or (self.blob is None and len(self.offsets)):
+            raise UsageError(  # e.g. one packed shard file: its blob is a member, not a file
+                f"io={io!r} needs {self.blob_path} as a file; open the dataset root (or use "
+                "io='mmap' on a dataset whose reader maps its images)"
+            )
         self.max_hw = (1, 1)
         if len(self.sizes):
             self.max_hw = (int(self.sizes[:, 0].max()), int(self.sizes[:, 1].max()))

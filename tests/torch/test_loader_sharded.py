@@ -348,3 +348,17 @@ def test_reader_public_gather_api(make_ds):
     classes[1, 0] = 9
     with pytest.raises(LabelError):
         ds.check_labels(idx, boxes, classes, counts)
+
+
+def test_loader_over_one_packed_shard_file(sharded):
+    """A single shard (PackedDataset) loads through its reader's mapping; pread is refused."""
+    shard = sharded.shard(1)
+    batches = list(Loader(shard, 2, shuffle=False, num_threads=1))
+    assert sum(len(b.indices) for b in batches) == len(shard)
+    for b in batches:
+        for j, i in enumerate(b.indices.tolist()):
+            h, w = shard[i].image.shape[:2]
+            np.testing.assert_array_equal(b.images[j, :, :h, :w].permute(1, 2, 0).numpy(),
+                                          shard[i].image)
+    with pytest.raises(UsageError, match="pread"):
+        Loader(shard, 2, io="pread")
