@@ -34,3 +34,13 @@ def empty_hwc(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
             raw = torch.from_numpy(np.frombuffer(region, dtype=np.uint8))
             return raw.view(dtype).view(shape)
     return torch.empty(shape, dtype=dtype)
+
+
+def channels_last(images: torch.Tensor) -> torch.Tensor:
+    """``images`` (B, C, H, W) as channels_last: itself if it already is, else a huge-page copy."""
+    if images.is_contiguous(memory_format=torch.channels_last):
+        return images
+    b, c, h, w = images.shape
+    out = empty_hwc((b, h, w, c), images.dtype)
+    out.copy_(images.permute(0, 2, 3, 1))
+    return out.permute(0, 3, 1, 2)

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from detfmt.augment._memory import empty_hwc
+from detfmt.augment._memory import channels_last, empty_hwc
 
 _pool_lock = threading.Lock()
 _pools: dict[int, ThreadPoolExecutor] = {}
@@ -60,9 +60,7 @@ def _for_each_sample(count: int, fn: Callable[[int], None]) -> None:
 
 def _hwc(images: torch.Tensor) -> np.ndarray:
     """(B, H, W, C) numpy view of uint8 (B, C, H, W) images (one copy if not channels_last)."""
-    if not images.is_contiguous(memory_format=torch.channels_last):
-        images = images.contiguous(memory_format=torch.channels_last)
-    return images.permute(0, 2, 3, 1).numpy()
+    return channels_last(images).permute(0, 2, 3, 1).numpy()
 
 
 def _empty_like_batch(batch: int, channels: int, height: int, width: int) -> torch.Tensor:

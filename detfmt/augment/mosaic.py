@@ -16,7 +16,7 @@ from detfmt.augment import _backend
 from detfmt.augment import _random as rnd
 from detfmt.augment._base import Augmentation, Params, check_probability, fill_for, image_hw
 from detfmt.augment._matrix import clip_boxes
-from detfmt.augment._memory import empty_hwc
+from detfmt.augment._memory import channels_last, empty_hwc
 from detfmt.augment.sanitize import non_empty
 from detfmt.errors import UsageError
 from detfmt.torch.batch import Batch
@@ -209,7 +209,7 @@ class Mosaic(Augmentation):
         height, width = image_hw(batch.images)
         out, placement = self._layout(batch, params, with_images=False)
         # OpenCV reads HWC rows; a planar batch would be copied per tile otherwise.
-        layout = batch.replace(images=batch.images.contiguous(memory_format=torch.channels_last))
+        layout = batch.replace(images=channels_last(batch.images))
         hwc, rects = self._rectangles(layout, placement)
         placeholder = batch.images.new_zeros((1, 1, 1, 1)).expand(
             len(batch), batch.images.shape[1], 2 * height, 2 * width
