@@ -62,7 +62,9 @@ def timed(fn):
     return time.perf_counter() - t, result
 
 
-def bench_ray(data: list[dict], parts: int, codec: str, shard_bytes: int, tmp: str) -> dict:
+def bench_ray(
+    data: list[dict], parts: int, codec: str, shard_bytes: int, tmp: str, rounds: int = 3
+) -> dict:
     import ray
     import ray.data
 
@@ -94,18 +96,28 @@ def bench_ray(data: list[dict], parts: int, codec: str, shard_bytes: int, tmp: s
         return time.perf_counter() - t
 
     with_ray(os.path.join(tmp, "warmup"), 2)  # worker start-up and imports, not measured
-    res = {}
-    res["direct_s"], _ = timed(lambda: direct(os.path.join(tmp, "direct")))
-    res["ray_1_s"] = with_ray(os.path.join(tmp, "ray1"), 1)
-    res["ray_2_s"] = with_ray(os.path.join(tmp, "ray2"), 2)
+    times: dict[str, list[float]] = {"direct": [], "ray1": [], "ray2": []}
+    for r in range(rounds):  # interleaved, so the machine's other load hits every side alike
+        for name in ("direct", "ray1", "ray2"):
+            root = os.path.join(tmp, f"{name}-{r}")
+            if name == "direct":
+                times[name].append(timed(lambda root=root: direct(root))[0])
+            else:
+                times[name].append(with_ray(root, int(name[-1])))
+    res = {f"{name}_s": float(np.median(ts)) for name, ts in times.items()}
+    res["rounds"] = {name: ts for name, ts in times.items()}
+    res["ray_1_s"], res["ray_2_s"] = res.pop("ray1_s"), res.pop("ray2_s")
     res["speedup_2_vs_1"] = res["ray_1_s"] / res["ray_2_s"]
+    pairs = zip(times["ray1"], times["ray2"], strict=True)
+    res["speedup_2_vs_1_per_round"] = [a / b for a, b in pairs]
     res["datasink_overhead"] = res["ray_1_s"] / res["direct_s"] - 1
 
     def manifest(name: str) -> bytes:
         with open(os.path.join(tmp, name, "manifest.json"), "rb") as f:
             return f.read()
 
-    res["byte_identical_manifests"] = manifest("ray1") == manifest("ray2") == manifest("direct")
+    firsts = [manifest(f"{name}-0") for name in ("direct", "ray1", "ray2")]
+    res["byte_identical_manifests"] = firsts[0] == firsts[1] == firsts[2]
     ray.shutdown()
     return res
 
@@ -270,6 +282,7 @@ def main() -> int:
     p.add_argument("--only-loader", action="store_true", help="only row 5 (torch Loader)")
     p.add_argument("--threads", type=int, default=2, help="Loader threads (row 5)")
     p.add_argument("--rounds", type=int, default=REPEATS, help="interleaved rounds (row 5)")
+    p.add_argument("--write-rounds", type=int, default=3, help="interleaved rounds (rows 1-2)")
     p.add_argument("--json")
     args = p.parse_args()
     shard_bytes = int(args.shard_mib * (1 << 20))
@@ -284,7 +297,9 @@ def main() -> int:
     tmp = tempfile.mkdtemp(prefix="bench-scaleout-")
     try:
         if not args.skip_ray and not args.only_loader:
-            out["write"] = bench_ray(data, 4, args.codec, shard_bytes, os.path.join(tmp, "w"))
+            out["write"] = bench_ray(
+                data, 4, args.codec, shard_bytes, os.path.join(tmp, "w"), args.write_rounds
+            )
         if not args.only_loader:
             out["read"] = bench_read(
                 data, args.read_codec, shard_bytes, os.path.join(tmp, "r"), args.batch
