@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from detfmt import _codecs, _npy, errors, spec, validate
+from detfmt import _buffers, _codecs, _npy, errors, spec, validate
 from detfmt.schema import Header
 
 __all__ = ["Dataset", "NumpyBatch", "Sample", "open_dataset"]
@@ -546,11 +546,19 @@ class Dataset(Sequence):
             if w < wmax:
                 images[j, :h, w:] = pad_value
 
+    def batch_buffer(self, batch_size: int) -> np.ndarray:
+        """A reusable, page-aligned ``out=`` buffer for batches of up to ``batch_size`` samples.
+
+        Prefer it to ``np.empty``: a large ``np.empty`` starts 16 bytes into a page, which makes
+        copies from the 64-byte aligned payloads several times slower (4K aliasing).
+        """
+        return _buffers.batch_buffer(self.sizes, batch_size)
+
     @staticmethod
     def _batch_buffer(out: np.ndarray | None, b: int, h: int, w: int) -> np.ndarray:
         shape = (b, h, w, 3)
         if out is None:
-            return np.empty(shape, np.uint8)
+            return _buffers.aligned_empty(shape)  # np.empty's 16-byte offset copies 3x slower
         if out.dtype != np.uint8:
             raise errors.UsageError(f"out must be a uint8 buffer, got {out.dtype}")
         if out.shape == shape:

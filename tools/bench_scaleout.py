@@ -28,6 +28,7 @@ import time
 import numpy as np
 
 import detfmt
+from detfmt._buffers import aligned_empty
 from detfmt.shard.write import commit, write_partition
 
 CLASSES = ["a", "b", "c"]
@@ -159,7 +160,7 @@ def bench_read(data: list[dict], codec: str, shard_bytes: int, tmp: str, batch: 
     batches = list(plan.batches())
     res = {"shards": len(sharded.shards), "samples": len(sharded)}
     side = int(max(flat.sizes.max(), 1))
-    out = np.empty(batch * side * side * 3, np.uint8)
+    out = aligned_empty(batch * side * side * 3)  # page-aligned: see detfmt/_buffers.py
     # warm both (page cache, mappings), then interleave epochs so load spikes hit both alike
     epoch(sharded, plan, out)
     flat_epoch(flat, batches, out)

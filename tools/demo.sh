@@ -39,8 +39,7 @@ import detfmt
 with detfmt.open(sys.argv[1]) as ds:
     rng = np.random.default_rng(0)
     size = min(8, len(ds))
-    hmax, wmax = (int(v) for v in ds.sizes.max(axis=0))
-    buffer = np.empty(size * hmax * wmax * 3, np.uint8)  # reused by every batch
+    buffer = ds.batch_buffer(size)  # page-aligned, reused by every batch
     images = batches = 0
     start = time.perf_counter()
     while time.perf_counter() - start < 2.0:

@@ -246,6 +246,13 @@ class ShardedDataset(Sequence):
         k, j = self.locate(index)
         self.shard(k).decode_into(j, out)
 
+    def batch_buffer(self, batch_size: int) -> np.ndarray:
+        """A reusable, page-aligned ``out=`` buffer for batches of up to ``batch_size`` samples
+        (see `detfmt.Dataset.batch_buffer`)."""
+        from detfmt._buffers import batch_buffer
+
+        return batch_buffer(self.sizes, batch_size)
+
     def batch(
         self, indices: Sequence[int] | np.ndarray, out: np.ndarray | None = None, pad_value: int = 0
     ) -> NumpyBatch:
