@@ -39,6 +39,7 @@ SUPPORTED_FEATURES = frozenset({"sharded"})
 MAX_MANIFEST_BYTES = 64 << 20
 _HEX16 = re.compile(r"[0-9a-f]{16}\Z")
 _HEX32 = re.compile(r"[0-9a-f]{32}\Z")
+MAX_SAMPLES = 2**63 - 1  # global indices are int64
 
 NonNeg = Annotated[int, msgspec.Meta(ge=0)]
 
@@ -156,6 +157,12 @@ def check_manifest(m: Manifest, where: str = MANIFEST_NAME) -> Manifest:
                 path=where,
             )
         expected_first += s.num_samples
+    if expected_first > MAX_SAMPLES:
+        raise ManifestError(
+            f"the shards hold {expected_first} samples, more than {MAX_SAMPLES}",
+            rule="SHARD_INDEXING",
+            path=where,
+        )
     if expected_first != m.num_samples:
         raise ManifestError(
             f"num_samples is {m.num_samples} but the shards hold {expected_first}",

@@ -30,6 +30,7 @@ from detfmt.shard.manifest import (
 from detfmt.shard.order import DEFAULT_SHARD_WINDOW, EpochPlan, OrderState, ShardWorkingSet
 from detfmt.shard.packed import PackedDataset
 from detfmt.shard.write import is_url
+from detfmt.spec import INDEX_DTYPE
 
 __all__ = ["ShardedDataset", "is_sharded", "open_sharded"]
 
@@ -105,6 +106,15 @@ class ShardedDataset(Sequence):
             self._max_open = max_open or max(1, len(self.manifest.shards))
         self.shards = self.manifest.shards
         self.schema = self.manifest.schema
+        for k, info in enumerate(self.shards):
+            if info.num_samples * INDEX_DTYPE.itemsize > info.bytes:
+                # a shard holds an index record per sample (S-11): a count its size cannot
+                # hold fails S-8 once the shard is opened; refuse it before plan() or a batch
+                # sizes arrays by it
+                raise SchemaMismatchError(
+                    f"shards[{k}] claims {info.num_samples} samples in {info.bytes} bytes",
+                    path=where,
+                )
         self._starts = np.array([s.first_index for s in self.shards], dtype=np.int64)
         self._counts = np.array([s.num_samples for s in self.shards], dtype=np.int64)
         self._open: OrderedDict[int, tuple] = OrderedDict()
@@ -175,13 +185,7 @@ class ShardedDataset(Sequence):
             else:
                 path = os.path.join(self.root, *info.path.split("/"))
             try:
-                size = os.stat(path).st_size
-                if size != info.bytes:
-                    raise ShardChecksumError(
-                        f"shard is {size} bytes, manifest says {info.bytes}",
-                        rule="SHARD_SIZE",
-                        path=path,
-                    )
+                _check_size(path, info.bytes)
                 ds = PackedDataset(path)
                 break
             except (FileNotFoundError, errors.DatasetNotFoundError) as error:
@@ -375,6 +379,17 @@ class ShardedDataset(Sequence):
         wrap-around padding to whole global batches when ``world_size > 1`` (every rank runs
         the same number of equal batches, O-5), a short last batch with one rank.
         """
+        if self._cache is None:
+            # the plan is sized by the manifest's counts, which S-7 ties to the shard sizes
+            # (__init__ bounds each count by its entry's bytes): check those first
+            for info in self.shards:
+                path = os.path.join(self.root, *info.path.split("/"))
+                try:
+                    _check_size(path, info.bytes)
+                except FileNotFoundError as error:
+                    raise errors.LayoutError(
+                        f"shard {info.path} is missing", rule="FILE_MISSING", path=path
+                    ) from error
         return EpochPlan.build(
             self._counts.tolist(),
             OrderState(seed, epoch, samples_seen),
@@ -447,6 +462,25 @@ class ShardedDataset(Sequence):
         return (
             f"detfmt.ShardedDataset({self.root!r}, samples={len(self)}, "
             f"shards={len(self.shards)}, classes={len(self.schema.classes)})"
+        )
+
+
+def _check_size(path: str, expected: int) -> None:
+    """S-7 before use: the shard file's size against the manifest entry. FileNotFoundError for
+    a missing file (the caller may re-fetch); other errors are typed."""
+    try:
+        size = os.stat(path).st_size
+    except FileNotFoundError:
+        raise
+    except NotADirectoryError as error:  # a path component is a file: the shard is not there
+        raise FileNotFoundError(str(error)) from error
+    except OSError as error:  # ELOOP, ENAMETOOLONG, EACCES...
+        raise errors.UnsafePathError(
+            f"cannot stat shard ({error.strerror})", path=path
+        ) from error
+    if size != expected:
+        raise ShardChecksumError(
+            f"shard is {size} bytes, manifest says {expected}", rule="SHARD_SIZE", path=path
         )
 
 
