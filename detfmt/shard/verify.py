@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import stat
 from pathlib import Path
 
 import xxhash
@@ -87,21 +88,28 @@ def verify_sharded(root: str | os.PathLike[str], *, raise_on_error: bool = True)
     try:
         check_root_layout(root_path)
         manifest = read_manifest(root_path)
+        checker = ShardedDataset(root_path)
     except errors.FormatError as error:
         report.add(
             Violation(error.rule or "MANIFEST_SCHEMA", error.path or str(root_path), error.message)
         )
         return _finish(report, raise_on_error)
     report.num_samples = manifest.num_samples
-    checker = ShardedDataset(root_path)
     for k, info in enumerate(manifest.shards):
         path = str(root_path / info.path)
         try:
+            mode = os.lstat(path).st_mode
+            if not stat.S_ISREG(mode):  # a link, a directory, a FIFO (would block)...: R-11
+                report.add(Violation("PATH_UNSAFE", path, "a shard must be a regular file"))
+                continue
             size, digest = _file_digest(path)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             report.add(
                 Violation("FILE_MISSING", path, "shard file listed by the manifest is missing")
             )
+            continue
+        except OSError as error:  # a directory, a loop, no permission...
+            report.add(Violation("PATH_UNSAFE", path, f"cannot read shard ({error.strerror})"))
             continue
         if size != info.bytes:
             report.add(Violation("SHARD_SIZE", path, f"{size} bytes, manifest says {info.bytes}"))
