@@ -6,6 +6,7 @@ rejected) and every cross-field rule (S-4, S-5, S-6) is checked here, once, for 
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import tempfile
@@ -13,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from detfmt.errors import NotDetfmtError, UnsafePathError, UnsupportedVersionError
+from detfmt.errors import NotDetfmtError, UnsafePathError, UnsupportedVersionError, WriteError
 from detfmt.shard.errors import ManifestError, RootLayoutError
 
 __all__ = [
@@ -223,20 +224,31 @@ def publish_manifest(root: str | os.PathLike[str], m: Manifest) -> str:
         with _suppress_oserror():
             os.unlink(tmp)
         raise
-    fsync_dir(root)
+    try:
+        fsync_dir(root)
+    except OSError as error:  # after the switch: say so, never report it as not published
+        raise WriteError(
+            f"the manifest was published (readers see the new one), but fsync of the root "
+            f"directory failed ({error.strerror}): it may not survive a power loss",
+            path=root,
+            errno=error.errno,
+        ) from error
     return final
 
 
 def fsync_dir(path: str) -> None:
-    """Make a rename durable: fsync the directory that holds it (no-op where unsupported)."""
+    """Make a rename durable: fsync the directory that holds it (no-op where unsupported).
+
+    An fsync failure (EIO, ENOSPC...) raises OSError: it is never treated as success."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
         return
     try:
         os.fsync(fd)
-    except OSError:
-        pass
+    except OSError as error:
+        if error.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
+            raise
     finally:
         os.close(fd)
 

@@ -338,6 +338,8 @@ def commit(
             fs.pipe_file(f"{base}/{MANIFEST_NAME}", encode_manifest(check_manifest(manifest)))
         else:
             publish_manifest(root, manifest)
+    except errors.DetfmtError:
+        raise
     except OSError as error:
         raise errors.WriteError(f"cannot publish the manifest: {error}", path=root) from error
     return manifest
