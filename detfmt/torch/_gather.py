@@ -23,7 +23,7 @@ try:  # libjpeg-turbo with the GIL released (the reader's codec module uses it t
 except ImportError:  # pragma: no cover - depends on the platform's wheels
     simplejpeg = None
 
-__all__ = ["Gatherer", "dataset_path"]
+__all__ = ["DecodeScratch", "Gatherer", "dataset_path"]
 
 CODEC_RAW = 0
 CODEC_JPEG = 2
@@ -39,7 +39,37 @@ def dataset_path(ds: Any) -> Path:
     raise UsageError("the dataset object has no .path; pass a path or a detfmt.open() result")
 
 
-class Gatherer:
+class DecodeScratch:
+    """Per-thread scratch buffers and the direct libjpeg-turbo decode, shared by both gatherers."""
+
+    _local: threading.local
+
+    def _scratch(self, size: int) -> np.ndarray:
+        """This thread's reusable byte buffer (a fresh one per sample would page-fault)."""
+        scratch = getattr(self._local, "scratch", None)
+        if scratch is None or scratch.size < size:
+            scratch = self._local.scratch = np.empty(size, np.uint8)
+        return scratch[:size]
+
+    def _jpeg_into(self, payload: np.ndarray, dst: np.ndarray) -> bool:
+        """libjpeg-turbo straight into the batch (or scratch); False lets the reader decode (and
+        name the sample in its typed error)."""
+        if simplejpeg is None:
+            return False
+        try:
+            height, width = simplejpeg.decode_jpeg_header(payload)[:2]
+            if (height, width) != dst.shape[:2]:
+                return False
+            target = dst if dst.flags.c_contiguous else self._scratch(dst.size).reshape(dst.shape)
+            simplejpeg.decode_jpeg(payload, colorspace="RGB", buffer=target, strict=True)
+        except (ValueError, RuntimeError):
+            return False
+        if target is not dst:
+            np.copyto(dst, target)
+        return True
+
+
+class Gatherer(DecodeScratch):
     """Copies or decodes samples of one dataset into (h, w, 3) regions of batch buffers.
 
     Holds the per-sample tables as plain numpy arrays, a memmap of images.bin and, for
@@ -161,13 +191,6 @@ class Gatherer:
             start = int(self.offsets[i])
             np.copyto(dst, self.blob[start : start + int(self.nbytes[i])].reshape(dst.shape))
 
-    def _scratch(self, size: int) -> np.ndarray:
-        """This thread's reusable byte buffer (a fresh one per sample would page-fault)."""
-        scratch = getattr(self._local, "scratch", None)
-        if scratch is None or scratch.size < size:
-            scratch = self._local.scratch = np.empty(size, np.uint8)
-        return scratch[:size]
-
     def _payload(self, i: int) -> np.ndarray:
         """The stored bytes of sample i: a view of the map, or (io="pread") read without faults."""
         start, size = int(self.offsets[i]), int(self.nbytes[i])
@@ -178,22 +201,6 @@ class Gatherer:
             buf = self._local.payload = np.empty(max(size, 1 << 20), np.uint8)
         self._pread(i, buf[:size])
         return buf[:size]
-
-    def _jpeg_into(self, payload: np.ndarray, dst: np.ndarray) -> bool:
-        """libjpeg-turbo straight into the batch (or scratch); False lets the reader decide."""
-        if simplejpeg is None:
-            return False
-        try:
-            height, width = simplejpeg.decode_jpeg_header(payload)[:2]
-            if (height, width) != dst.shape[:2]:
-                return False
-            target = dst if dst.flags.c_contiguous else self._scratch(dst.size).reshape(dst.shape)
-            simplejpeg.decode_jpeg(payload, colorspace="RGB", buffer=target, strict=True)
-        except (ValueError, RuntimeError):
-            return False
-        if target is not dst:
-            np.copyto(dst, target)
-        return True
 
     def _pread(self, i: int, dst: np.ndarray) -> None:
         view = memoryview(dst).cast("B")

@@ -24,11 +24,7 @@ import numpy as np
 
 from detfmt import validate
 from detfmt.errors import UsageError
-
-try:  # libjpeg-turbo with the GIL released, straight into the batch slot
-    import simplejpeg
-except ImportError:  # pragma: no cover - depends on the platform's wheels
-    simplejpeg = None
+from detfmt.torch._gather import DecodeScratch
 
 __all__ = ["ShardGatherer", "ShardJob"]
 
@@ -105,7 +101,7 @@ class ShardJob:
         return out
 
 
-class ShardGatherer:
+class ShardGatherer(DecodeScratch):
     """Copies or decodes samples of a `ShardedDataset` into (h, w, 3) regions of batch buffers.
 
     Per-sample sizes, box counts, offsets and codecs are kept for the whole dataset (filled in
@@ -237,30 +233,11 @@ class ShardGatherer:
         return list(zip(heights, widths, strict=True))
 
     def _decode(self, t: _Tables, li: int, offset: int, codec: int, dst: np.ndarray) -> None:
-        if codec == CODEC_JPEG and simplejpeg is not None:
+        if codec == CODEC_JPEG:
             payload = t.blob[offset : offset + int(t.nbytes[li])]
             if self._jpeg_into(payload, dst):
                 return
         t.reader.decode_into(li, dst)  # the reader's checks; a typed DecodeError names the shard
-
-    def _jpeg_into(self, payload: np.ndarray, dst: np.ndarray) -> bool:
-        try:
-            height, width = simplejpeg.decode_jpeg_header(payload)[:2]
-            if (height, width) != dst.shape[:2]:
-                return False
-            target = dst if dst.flags.c_contiguous else self._scratch(dst.size).reshape(dst.shape)
-            simplejpeg.decode_jpeg(payload, colorspace="RGB", buffer=target, strict=True)
-        except (ValueError, RuntimeError):
-            return False  # let the reader decode (and name the sample in its error)
-        if target is not dst:
-            np.copyto(dst, target)
-        return True
-
-    def _scratch(self, size: int) -> np.ndarray:
-        scratch = getattr(self._local, "scratch", None)
-        if scratch is None or scratch.size < size:
-            scratch = self._local.scratch = np.empty(size, np.uint8)
-        return scratch[:size]
 
     # -- labels --------------------------------------------------------------------------------
 
