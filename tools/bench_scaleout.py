@@ -141,8 +141,11 @@ def flat_epoch(ds, batches, out: np.ndarray) -> tuple[float, int]:
     return time.perf_counter() - t, n
 
 
-def bench_read(data: list[dict], codec: str, shard_bytes: int, tmp: str, batch: int) -> dict:
-    root = os.path.join(tmp, "sharded")
+def write_both(
+    data: list[dict], root: str, flat_root: str, codec: str, shard_bytes: int, write_id: str
+) -> None:
+    """The same samples as a sharded root (4 partitions) and as one 1.0 directory, with the same
+    global indices."""
     metas = [
         m
         for i in range(4)
@@ -150,11 +153,16 @@ def bench_read(data: list[dict], codec: str, shard_bytes: int, tmp: str, batch: 
             data[i::4], root, i, classes=CLASSES, codec=codec, shard_bytes=shard_bytes
         )
     ]
-    commit(root, metas, write_id="1" * 32)
-    sharded = detfmt.open(root)
-    flat_root = os.path.join(tmp, "flat")
-    order = [s for i in range(4) for s in data[i::4]]  # same global indices as the shards
+    commit(root, metas, write_id=write_id)
+    order = [s for i in range(4) for s in data[i::4]]
     detfmt.write(order, flat_root, classes=CLASSES, codec=codec, progress=False)
+
+
+def bench_read(data: list[dict], codec: str, shard_bytes: int, tmp: str, batch: int) -> dict:
+    root = os.path.join(tmp, "sharded")
+    flat_root = os.path.join(tmp, "flat")
+    write_both(data, root, flat_root, codec, shard_bytes, "1" * 32)
+    sharded = detfmt.open(root)
     flat = detfmt.open(flat_root)
     plan = sharded.plan(seed=0, epoch=0, batch_size=batch, window=2)
     batches = list(plan.batches())
@@ -236,17 +244,8 @@ def bench_loader(
     from detfmt.torch import Loader
 
     root = os.path.join(tmp, "sharded")
-    metas = [
-        m
-        for i in range(4)
-        for m in write_partition(
-            data[i::4], root, i, classes=CLASSES, codec=codec, shard_bytes=shard_bytes
-        )
-    ]
-    commit(root, metas, write_id="2" * 32)
     flat_root = os.path.join(tmp, "flat")
-    order = [s for i in range(4) for s in data[i::4]]  # same global indices as the shards
-    detfmt.write(order, flat_root, classes=CLASSES, codec=codec, progress=False)
+    write_both(data, root, flat_root, codec, shard_bytes, "2" * 32)
     sharded = Loader(root, batch, seed=0, num_threads=threads, drop_last=True)
     flat = Loader(flat_root, batch, seed=0, num_threads=threads, drop_last=True)
     batches = sharded.rank_batches()
