@@ -91,6 +91,70 @@ def child_write(target: str, seed: int, overwrite: bool, delay: float,
     return 0
 
 
+def slow_down_os(delay: float) -> None:
+    """In a writer child: make ``os.replace`` and ``os.fsync`` (what write_shard and commit use
+    to publish a shard file or the manifest) sleep ``delay`` before and after the real call."""
+    import functools
+
+    for name in ("replace", "fsync"):
+        fn = getattr(os, name)
+
+        def make(fn: Any) -> Any:
+            @functools.wraps(fn)
+            def slow(*args: Any, **kwargs: Any) -> Any:
+                time.sleep(delay)
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    time.sleep(delay)
+
+            return slow
+
+        setattr(os, name, make(fn))
+
+
+def shard_generation(seed: int) -> dict[str, Any]:
+    """Options of generation ``seed`` of the sharded kill loop: its own keys and write id (a
+    new generation never reuses a published shard's key, see docs/reliability.md)."""
+    return {"seed": seed, "key_prefix": f"g{seed}-", "write_id": f"{seed:032x}",
+            "plan": (("raw", 3), ("zstd", 2), ("raw", 3))}
+
+
+def child_shard_write(root: str, seed: int, delay: float) -> int:
+    """Writer side of the sharded loop: write_shard per shard, then commit, with replace and
+    fsync slowed down; prints a ``phase`` line before the commit and the outcome at the end."""
+    import detfmt
+    from detfmt.shard.write import commit, write_shard
+
+    gen = shard_generation(seed)
+    if delay > 0:
+        slow_down_os(delay)
+    t0 = time.monotonic()
+    try:
+        metas = []
+        for k, (codec, n) in enumerate(gen["plan"]):
+            samples = relharness.make_samples(n, seed * 100 + k, hi=20)
+            metas.append(write_shard(samples, root, f"{gen['key_prefix']}{k:05d}",
+                                     classes=relharness.CLASSES, codec=codec,
+                                     box_fields={"iscrowd": "|u1"}))
+        t1 = time.monotonic()
+        print(json.dumps({"phase": "commit", "t_shards": t1 - t0}), flush=True)
+        commit(root, metas, write_id=gen["write_id"])
+    except detfmt.DetfmtError as e:
+        print(json.dumps({"error": type(e).__name__, "rule": e.rule, "msg": str(e)}), flush=True)
+        return 3
+    print(json.dumps({"ok": True, "t_shards": t1 - t0, "t_commit": time.monotonic() - t1}),
+          flush=True)
+    return 0
+
+
+def build_generation(root: Path, seed: int) -> Path:
+    """The committed root a generation's writer produces, built in this process."""
+    gen = shard_generation(seed)
+    return relharness.build_sharded(root, seed=seed, plan=gen["plan"],
+                                    key_prefix=gen["key_prefix"], write_id=gen["write_id"])
+
+
 def zygote_main() -> None:
     """A process that imported detfmt once and forks one writer per request (a fresh
     interpreter per kill would cost a second each). Requests and answers are JSON lines."""
@@ -107,8 +171,11 @@ def zygote_main() -> None:
                     fd = os.open(req["result"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
                     os.dup2(fd, 1)
                     sys.stdout = os.fdopen(1, "w")
-                    rc = child_write(req["target"], req["seed"], req["overwrite"], req["delay"],
-                                     req.get("nonatomic", False))
+                    if req.get("kind") == "sharded":
+                        rc = child_shard_write(req["target"], req["seed"], req["delay"])
+                    else:
+                        rc = child_write(req["target"], req["seed"], req["overwrite"],
+                                         req["delay"], req.get("nonatomic", False))
                 finally:
                     os._exit(rc)
             out.write(json.dumps({"pid": pid}) + "\n")
@@ -145,6 +212,14 @@ class Zygote:
         pid = self._ask({"cmd": "spawn", "target": str(target), "seed": seed,
                          "overwrite": overwrite, "delay": delay, "result": str(result),
                          "nonatomic": nonatomic})["pid"]
+        return Writer(self, pid, result)
+
+    def spawn_sharded(self, root: Path, seed: int, *, delay: float) -> Writer:
+        """A writer of generation ``seed`` of a sharded root (see ``child_shard_write``)."""
+        self.count += 1
+        result = self.root / f"writer-{self.count}.out"
+        pid = self._ask({"cmd": "spawn", "kind": "sharded", "target": str(root), "seed": seed,
+                         "overwrite": False, "delay": delay, "result": str(result)})["pid"]
         return Writer(self, pid, result)
 
     def close(self) -> None:
@@ -382,6 +457,118 @@ def race(root: Path, rounds: int = 4, *, overwrite: bool, delay: float = 0.02,
                                       "state": state, "killed": False, "temps": 0,
                                       "winners": len(winners),
                                       "loser_rules": [x.get("rule") for x in losers]})
+    finally:
+        zygote.close()
+        if own:
+            worker.close()
+    return report
+
+
+def classify_sharded(root: Path, worker: relharness.SafeWorker, digests: dict[str, str]
+                     ) -> str:
+    """absent (no manifest, and the root does not open) | old | new | what is wrong."""
+    if not os.path.lexists(root / "manifest.json"):
+        out = worker.call("op_sharded_iterate", str(root))
+        return "absent" if out.kind == "detfmt" else f"BAD no manifest but open gave {out}"
+    verify = worker.call("op_verify", str(root))
+    if verify.kind != "ok" or verify.value:
+        return f"BAD verify: {verify}"
+    content = worker.call("op_sharded_iterate", str(root))
+    if content.kind != "ok":
+        return f"BAD open: {content}"
+    for name, digest in digests.items():
+        if content.value == digest:
+            return name
+    return "BAD content: neither old nor new"
+
+
+def wait_for_phase(writer: Writer, phase: str, timeout: float = 20.0) -> bool:
+    """Poll the writer's output until it prints ``{"phase": phase}`` or ends."""
+    deadline = time.monotonic() + timeout
+    needle = f'"phase": "{phase}"'
+    while time.monotonic() < deadline and writer.alive():
+        if writer.result.exists() and needle in writer.result.read_text():
+            return True
+        time.sleep(0.001)
+    return False
+
+
+def shard_kill_loop(root: Path, iterations: int = 30, *, seed: int = 0, delay: float = 0.01,
+                    worker: relharness.SafeWorker | None = None) -> LoopReport:
+    """SIGKILL a sharded writer (write_shard x3, then commit) at random moments.
+
+    Iterations alternate between a fresh root and an update of a root holding a committed
+    older generation (seed 1; the writer writes generation 2 with its own keys); every second
+    iteration of each kind kills during the commit (after the writer announced it), the others
+    at a uniform time over the whole write. Afterwards the root must be: fresh -> no manifest
+    and not openable (typed error), or the new generation, verifying; update -> the old or the
+    new generation, verifying, never a manifest naming a missing or partial shard. ``detfmt
+    gc`` (grace 0) must then leave the state as it was."""
+    import shutil
+
+    from detfmt.shard.write import gc
+
+    own = worker is None
+    worker = worker or relharness.SafeWorker(timeout=30)
+    rng = random.Random(seed)
+    report = LoopReport()
+    zygote = Zygote(root)
+    try:
+        digests = {}
+        for name, s in (("old", 1), ("new", 2)):
+            ref = build_generation(root / f"ref-{name}", s)
+            out = worker.call("op_sharded_iterate", str(ref))
+            assert out.kind == "ok", str(out)
+            digests[name] = out.value
+        calib = root / "calib"
+        shutil.copytree(root / "ref-old", calib)
+        zygote.spawn_sharded(calib, 2, delay=delay).wait()  # pays for the zygote's start
+        shutil.rmtree(calib)
+        shutil.copytree(root / "ref-old", calib)
+        t0 = time.monotonic()
+        res = zygote.spawn_sharded(calib, 2, delay=delay).wait()
+        t_full = time.monotonic() - t0
+        if res["rc"] != 0 or classify_sharded(calib, worker, digests) != "new":
+            raise RuntimeError(f"calibration write failed: {res}")
+        t_commit = res["t_commit"]
+        target = root / "loop"
+        for i in range(iterations):
+            mode = ("fresh", "update")[i % 2]
+            phase = ("any", "commit")[(i // 2) % 2]
+            if os.path.lexists(target):
+                shutil.rmtree(target)
+            if mode == "update":
+                shutil.copytree(root / "ref-old", target)
+            else:
+                target.mkdir()
+            writer = zygote.spawn_sharded(target, 2, delay=delay)
+            if phase == "commit":
+                wait_for_phase(writer, "commit")
+                kill_at = rng.uniform(0.0, 1.3) * t_commit
+            else:
+                kill_at = rng.uniform(0.0, 1.1) * t_full
+            time.sleep(kill_at)
+            killed = writer.alive()
+            if killed:
+                writer.kill()
+            res = writer.wait()
+            if not killed and res["rc"] != 0:
+                report.problems.append(f"iteration {i}: writer failed on its own: {res}")
+            state = classify_sharded(target, worker, digests)
+            allowed = {"fresh": {"absent", "new"}, "update": {"old", "new"}}[mode]
+            if state not in allowed:
+                report.problems.append(f"iteration {i} ({mode}, {phase}, kill at "
+                                       f"{kill_at:.3f}s): {state}")
+            temps = sum(1 for p in target.rglob("*") if p.name.startswith((".tmp-", ".manifest.")))
+            try:
+                gc(target, grace_seconds=0)
+            except Exception as e:  # a gc that cannot read the root is a finding
+                report.problems.append(f"iteration {i}: gc failed: {e!r}")
+            after = classify_sharded(target, worker, digests)
+            if after != state:
+                report.problems.append(f"iteration {i}: gc changed the root: {state} -> {after}")
+            report.iterations.append({"mode": f"{mode}-{phase}", "kill_at": round(kill_at, 4),
+                                      "killed": killed, "state": state, "temps": temps})
     finally:
         zygote.close()
         if own:

@@ -671,3 +671,167 @@ if __name__ == "__main__":
         _serve()
     elif sys.argv[1] == "--once":
         _once(sys.argv[2])
+
+
+# ---------------------------------------------------------------------------------------------
+# sharded (1.1) roots: builder, content digest and the child operation of the sharded suites
+# ---------------------------------------------------------------------------------------------
+
+# shards of the base sharded root: (codec, samples); raw and one compressed codec, an empty shard
+SHARD_PLAN = (("raw", 3), ("zstd", 2), ("raw", 0), ("zstd", 3))
+
+
+def build_sharded(root: str | os.PathLike[str], *, seed: int = 1,
+                  plan: tuple[tuple[str, int], ...] = SHARD_PLAN, key_prefix: str = "",
+                  write_id: str | None = None) -> Path:
+    """A tiny valid sharded root: one ``write_shard`` per entry of ``plan``, then ``commit``."""
+    from detfmt.shard.write import commit, write_shard
+
+    metas = []
+    for k, (codec, n) in enumerate(plan):
+        samples = make_samples(n, seed * 100 + k, hi=20)
+        metas.append(write_shard(samples, root, f"{key_prefix}{k:05d}", classes=CLASSES,
+                                 codec=codec, box_fields={"iscrowd": "|u1"}))
+    commit(root, metas, write_id=write_id or f"{seed:032x}")
+    return Path(root)
+
+
+def sharded_files(root: Path) -> list[str]:
+    """Every file of a sharded root, relative POSIX paths (manifest.json first)."""
+    files = sorted(str(p.relative_to(root)).replace(os.sep, "/") for p in root.rglob("*")
+                   if p.is_file() and not p.is_symlink())
+    return sorted(files, key=lambda f: f != "manifest.json")
+
+
+def sharded_digest(path: str) -> str:
+    """Open a sharded root (``detfmt.open``), read every sample, one batch across all shards,
+    and every batch of a shuffled ``plan()`` through ``iter_batches``; hash it all."""
+    import detfmt
+
+    h = hashlib.sha256()
+    with detfmt.open(path) as ds:
+        n = len(ds)
+        h.update(str(n).encode())
+        h.update(repr(ds.class_names).encode())  # labels mean nothing without their names
+        for i in range(n):
+            s = ds[i]
+            _hash_value(h, np.asarray(s.image))
+            _hash_value(h, np.asarray(s.boxes))
+            _hash_value(h, np.asarray(s.classes))
+            _hash_value(h, dict(s.fields))
+        if n:
+            idx = list(range(n))[::-1]  # every shard in one batch, out of order
+            b = ds.batch(idx)
+            for arr in (b.images, b.sizes, b.boxes, b.classes, b.mask):
+                _hash_value(h, np.asarray(arr))
+            _hash_value(h, {k: np.asarray(v) for k, v in b.fields.items()})
+            plan = ds.plan(seed=5, epoch=1, batch_size=3, window=2, drop_last=False)
+            for b in ds.iter_batches(plan):
+                _hash_value(h, np.asarray(b.indices))
+                _hash_value(h, np.asarray(b.images))
+                _hash_value(h, np.asarray(b.boxes))
+                _hash_value(h, np.asarray(b.mask))
+    return h.hexdigest()
+
+
+def op_sharded_iterate(path: str) -> str:
+    return sharded_digest(path)
+
+
+def op_check_sharded(path: str) -> dict[str, Any]:
+    """The sharded fuzz property in one call (see ``op_check_all``): open + every sample + a
+    cross-shard batch + plan/iter_batches, and ``detfmt.verify``, each outcome recorded."""
+    import detfmt
+
+    result: dict[str, Any] = {}
+    try:
+        result["digest"] = sharded_digest(path)
+    except detfmt.DetfmtError as e:
+        result["open_error"] = [type(e).__name__, e.rule]
+    try:  # a trainer's first call: plan() sizes its arrays by the manifest's counts alone
+        with detfmt.open(path) as ds:
+            plan = ds.plan(seed=1, epoch=0, batch_size=2, world_size=2, rank=1, drop_last=False)
+            next(iter(ds.iter_batches(plan)), None)
+    except detfmt.DetfmtError as e:
+        result["plan_error"] = [type(e).__name__, e.rule]
+    try:
+        report = detfmt.verify(path, raise_on_error=False)
+        result["violations"] = [[v.rule, v.index] for v in report.violations]
+    except detfmt.DetfmtError as e:
+        result["verify_error"] = [type(e).__name__, e.rule]
+    return result
+
+
+def reseal_manifest(root: Path, *shards: str) -> None:
+    """Set ``bytes`` and ``xxh3_64`` of the manifest entries of ``shards`` (all by default) to
+    the files' current values, so that a damaged shard reaches the checks behind S-7."""
+    import xxhash
+
+    m = json.loads((root / "manifest.json").read_bytes())
+    for entry in m.get("shards", []):
+        p = root / entry["path"]
+        if (shards and entry["path"] not in shards) or not p.is_file():
+            continue
+        data = p.read_bytes()
+        entry["bytes"] = len(data)
+        entry["xxh3_64"] = xxhash.xxh3_64_hexdigest(data)
+    (root / "manifest.json").write_bytes(json.dumps(m, indent=1).encode())
+
+
+def mutate_sharded(root: Path, file: str, op: str, **params: Any) -> None:
+    """One mutation of a sharded root: the byte ops of ``mutate`` plus ``zero(pos, size)``,
+    file ops ``delete``, ``swap(other)``, ``duplicate(other)`` (copy ``other`` over ``file``),
+    ``set_json(path, value)`` in manifest.json, and ``set_count(shard, value)``: a shard's
+    num_samples with first_index and the total adjusted so that S-5 still holds."""
+    p = root / file
+    if op == "delete":
+        p.unlink()
+    elif op == "swap":
+        q = root / params["other"]
+        tmp = p.with_name(p.name + ".swap")
+        os.replace(p, tmp)
+        os.replace(q, p)
+        os.replace(tmp, q)
+    elif op == "duplicate":
+        shutil.copyfile(root / params["other"], p)
+    elif op == "zero":
+        data = bytearray(p.read_bytes())
+        pos = min(params["pos"], len(data))
+        end = min(len(data), pos + params["size"])
+        data[pos:end] = bytes(end - pos)
+        p.write_bytes(bytes(data))
+    elif op == "set_u32":  # the shard prefix's pack version (8) or TOC length (12)
+        data = bytearray(p.read_bytes())
+        data[params["pos"]:params["pos"] + 4] = (params["value"] % 2**32).to_bytes(4, "little")
+        p.write_bytes(bytes(data))
+    elif op == "set_toc":  # one field of one TOC member, the TOC kept at its length if it fits
+        data = p.read_bytes()
+        t = int.from_bytes(data[12:16], "little")
+        toc = json.loads(data[16:16 + t])
+        members = toc["members"]
+        members[params["index"] % len(members)][params["field"]] = params["value"]
+        blob = json.dumps(toc, separators=(",", ":")).encode()
+        if len(blob) <= t:
+            blob = blob + b" " * (t - len(blob))
+        p.write_bytes(data[:12] + len(blob).to_bytes(4, "little") + blob + data[16 + t:])
+    elif op == "set_json":
+        from relstrategies import set_json_path
+
+        m = json.loads(p.read_bytes())
+        set_json_path(m, params["path"], params["value"])
+        p.write_bytes(json.dumps(m).encode())
+    elif op == "set_count":
+        m = json.loads(p.read_bytes())
+        shards = m["shards"]
+        k = params["shard"] % len(shards)
+        shards[k]["num_samples"] = params["value"]
+        first = 0
+        for s in shards:
+            s["first_index"] = first
+            first += s["num_samples"]
+        m["num_samples"] = first
+        p.write_bytes(json.dumps(m).encode())
+    else:
+        mutate(root, file, op, **params)
+    if params.get("reseal") and file != "manifest.json" and (root / "manifest.json").exists():
+        reseal_manifest(root)

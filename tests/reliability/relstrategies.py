@@ -122,3 +122,123 @@ def set_json_path(header: dict[str, Any], path: str, value: Any) -> None:
         node[int(last) % len(node)] = value
     elif isinstance(node, dict):
         node[last] = value
+
+
+# ---------------------------------------------------------------------------------------------
+# sharded (1.1) roots: manifest.json plus packed shard files
+# ---------------------------------------------------------------------------------------------
+
+SHARD_REGIONS = ("prefix", "toc", "padding", "member", "tail", "anywhere")
+SHARD_BYTE_OPS = ("bitflip", "truncate", "append", "splice", "zero")
+SHARD_FILE_OPS = ("delete", "swap", "duplicate")
+MANIFEST_JSON_PATHS = ("format", "version", "required_features", "required_features/0",
+                       "write_id", "num_samples", "schema", "schema/codec", "schema/classes",
+                       "schema/classes/0/name", "schema/classes/0/source_id", "schema/box_fields",
+                       "schema/box_fields/0/dtype", "schema/image_fields", "schema/fixed_shape",
+                       "schema/max_side", "shards", "shards/0", "shards/1/path", "shards/1/key",
+                       "shards/0/num_samples", "shards/3/first_index", "shards/1/bytes",
+                       "shards/2/bytes", "shards/0/xxh3_64", "shards/3/max_boxes", "extensions",
+                       "writer", "metadata", "unknown_key")
+TOC_NAMES = ("header.json", "images.bin", "index.npy", "boxes.npy", "classes.npy", "x", "",
+             "../header.json", "a/b", 0, None)
+MANIFEST_INT_PATHS = ("num_samples", "shards/0/num_samples", "shards/1/first_index",
+                      "shards/0/bytes", "shards/3/bytes", "shards/1/max_boxes",
+                      "schema/max_side", "schema/fixed_shape/0")
+
+
+def shard_regions(path: Path) -> dict[str, list[tuple[int, int]]]:
+    """Byte ranges [start, end) of a valid packed shard by role (prefix, TOC, zero padding,
+    member bodies, the last 64 bytes), so mutations can aim at each part of S-9/S-10."""
+    from detfmt.shard.pack import PREFIX, read_toc
+
+    size = path.stat().st_size
+    toc = read_toc(path)
+    toc_end = PREFIX + int.from_bytes(path.read_bytes()[12:16], "little")
+    regions: dict[str, list[tuple[int, int]]] = {
+        "prefix": [(0, PREFIX)], "toc": [(PREFIX, toc_end)], "padding": [], "member": [],
+        "tail": [(max(0, size - 64), size)], "anywhere": [(0, size)]}
+    pos = toc_end
+    for m in toc.members:
+        if m.offset > pos:
+            regions["padding"].append((pos, m.offset))
+        if m.size:
+            regions["member"].append((m.offset, m.offset + m.size))
+        pos = m.offset + m.size
+    return {k: v for k, v in regions.items() if v}
+
+
+@st.composite
+def st_sharded_mutation(draw: st.DrawFn, files: list[str],
+                        regions: dict[str, dict[str, list[tuple[int, int]]]],
+                        sizes: dict[str, int]) -> dict[str, Any]:
+    """One mutation of a sharded root (plain data, like ``st_mutation``)."""
+    file = draw(st.sampled_from(files))
+    shards = [f for f in files if f != "manifest.json"]
+    if file == "manifest.json":
+        kind = draw(st.sampled_from(("bytes", "bytes", "json", "int", "count")))
+        if kind == "json":
+            return {"file": file, "op": "set_json",
+                    "params": {"path": draw(st.sampled_from(MANIFEST_JSON_PATHS)),
+                               "value": draw(JSON_VALUES)}}
+        if kind == "int":
+            return {"file": file, "op": "set_json",
+                    "params": {"path": draw(st.sampled_from(MANIFEST_INT_PATHS)),
+                               "value": draw(st.sampled_from(EXTREMES))}}
+        if kind == "count":
+            return {"file": file, "op": "set_count",
+                    "params": {"shard": draw(st.integers(0, 7)),
+                               "value": draw(st.sampled_from((0, 1, 2, 4, 5, 2**20, 2**40,
+                                                              2**62, 2**63 - 1, 2**64 - 1)))}}
+        lo, hi = 0, sizes[file]
+    else:
+        if draw(st.integers(0, 5)) == 0 and len(shards) > 1:
+            op = draw(st.sampled_from(SHARD_FILE_OPS))
+            other = draw(st.sampled_from([f for f in shards if f != file]))
+            return {"file": file, "op": op, "params": {"other": other}}
+        if draw(st.integers(0, 4)) == 0:  # structured: prefix integers, TOC fields
+            if draw(st.booleans()):
+                return {"file": file, "op": "set_u32",
+                        "params": {"pos": draw(st.sampled_from((8, 12))),
+                                   "value": draw(st.sampled_from(EXTREMES)),
+                                   "reseal": draw(st.booleans())}}
+            fld = draw(st.sampled_from(("offset", "size", "name")))
+            value = (draw(st.sampled_from(TOC_NAMES)) if fld == "name"
+                     else draw(st.sampled_from((*EXTREMES, 0, 64, 4096))))
+            return {"file": file, "op": "set_toc",
+                    "params": {"index": draw(st.integers(0, 7)), "field": fld, "value": value,
+                               "reseal": draw(st.booleans())}}
+        region = draw(st.sampled_from(sorted(regions[file])))
+        lo, hi = draw(st.sampled_from(regions[file][region]))
+    reseal = file != "manifest.json" and draw(st.booleans())
+    pos = draw(st.integers(lo, max(lo, hi - 1)))
+    op = draw(st.sampled_from(SHARD_BYTE_OPS))
+    params: dict[str, Any]
+    if op == "bitflip":
+        params = {"pos": pos, "bit": draw(st.integers(0, 7))}
+    elif op == "truncate":
+        params = {"size": pos}
+    elif op == "append":
+        params = {"data": draw(st.binary(min_size=1, max_size=130))}
+    elif op == "zero":
+        params = {"pos": pos, "size": draw(st.integers(1, max(1, hi - pos)))}
+    else:
+        params = {"pos": pos, "data": draw(st.binary(min_size=1, max_size=64)),
+                  "insert": draw(st.booleans())}
+    params["reseal"] = reseal
+    return {"file": file, "op": op, "params": params}
+
+
+def st_sharded_mutations(root: Path, *, max_count: int = 3
+                         ) -> st.SearchStrategy[list[dict[str, Any]]]:
+    files = relharness.sharded_files(root)
+    sizes = {f: (root / f).stat().st_size for f in files}
+    regions = {f: shard_regions(root / f) for f in files if f != "manifest.json"}
+    return st.lists(st_sharded_mutation(files, regions, sizes), min_size=1, max_size=max_count)
+
+
+def apply_sharded_mutation(root: Path, mutation: dict[str, Any]) -> None:
+    """Apply a sharded mutation; one that does not apply any more (its file was deleted by an
+    earlier one, the manifest is no longer JSON...) is a no-op."""
+    with contextlib.suppress(*MUTATION_MISFIT, FileNotFoundError, OSError):
+        relharness.mutate_sharded(root, mutation["file"], mutation["op"],
+                                  **mutation["params"])
