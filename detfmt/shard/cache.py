@@ -114,8 +114,14 @@ class ShardCache:
         deadline = time.monotonic() + self.lock_timeout
         while True:
             if _touch(path):
-                self.stats["hits"] += 1
-                return path
+                if _size(path) == shard.bytes:
+                    self.stats["hits"] += 1
+                    return path
+                # only complete files are renamed in (S-21): a cached file of the wrong size
+                # was damaged from outside (truncated, appended to); drop it and fetch again
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+                continue
             if _try_lock(lock):
                 try:
                     if not os.path.exists(path):  # another process may have finished meanwhile
@@ -140,33 +146,40 @@ class ShardCache:
         last: Exception | None = None
         for _attempt in range(self.retries + 1):
             try:
-                digest = xxhash.xxh3_64()
-                size = 0
-                with (
-                    self.fs.open(self.remote_path(shard), "rb", block_size=_CHUNK) as src,
-                    open(tmp, "wb") as dst,
-                ):
-                    while chunk := src.read(_CHUNK):
-                        digest.update(chunk)
-                        size += len(chunk)
-                        dst.write(chunk)
-                if self.verify and (size != shard.bytes or digest.hexdigest() != shard.xxh3_64):
-                    raise ShardChecksumError(
-                        f"downloaded {size} bytes with xxh3 {digest.hexdigest()}, manifest says "
-                        f"{shard.bytes} bytes, {shard.xxh3_64}",
-                        path=self.remote_path(shard),
-                    )
-                os.replace(tmp, path)
-                self.stats["downloads"] += 1
-                self.stats["bytes"] += size
+                self._download_once(shard, path, tmp)
                 return
-            except (OSError, ShardChecksumError) as error:
+            except ShardChecksumError as error:
                 last = error
+            except Exception as error:  # OSError, or the transport's own (aiohttp, botocore...)
+                last = error
+            finally:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(tmp)
         if isinstance(last, ShardChecksumError):
             raise last
         raise WriteError(f"cannot download {shard.path}: {last}", path=path) from last
+
+    def _download_once(self, shard: ShardInfo, path: str, tmp: str) -> None:
+        """One attempt: stream into ``tmp``, hash, check size and xxh3, rename into place."""
+        digest = xxhash.xxh3_64()
+        size = 0
+        with (
+            self.fs.open(self.remote_path(shard), "rb", block_size=_CHUNK) as src,
+            open(tmp, "wb") as dst,
+        ):
+            while chunk := src.read(_CHUNK):
+                digest.update(chunk)
+                size += len(chunk)
+                dst.write(chunk)
+        if self.verify and (size != shard.bytes or digest.hexdigest() != shard.xxh3_64):
+            raise ShardChecksumError(
+                f"downloaded {size} bytes with xxh3 {digest.hexdigest()}, manifest says "
+                f"{shard.bytes} bytes, {shard.xxh3_64}",
+                path=self.remote_path(shard),
+            )
+        os.replace(tmp, path)
+        self.stats["downloads"] += 1
+        self.stats["bytes"] += size
 
     # ------------------------------------------------------------------ eviction
 
@@ -214,6 +227,13 @@ def _touch(path: str) -> bool:
         return True
     except FileNotFoundError:
         return False
+
+
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return -1
 
 
 def _try_lock(lock: str) -> bool:
