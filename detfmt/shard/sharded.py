@@ -475,9 +475,7 @@ def _check_size(path: str, expected: int) -> None:
     except NotADirectoryError as error:  # a path component is a file: the shard is not there
         raise FileNotFoundError(str(error)) from error
     except OSError as error:  # ELOOP, ENAMETOOLONG, EACCES...
-        raise errors.UnsafePathError(
-            f"cannot stat shard ({error.strerror})", path=path
-        ) from error
+        raise errors.UnsafePathError(f"cannot stat shard ({error.strerror})", path=path) from error
     if size != expected:
         raise ShardChecksumError(
             f"shard is {size} bytes, manifest says {expected}", rule="SHARD_SIZE", path=path

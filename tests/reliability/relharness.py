@@ -703,13 +703,14 @@ def sharded_files(root: Path) -> list[str]:
     return sorted(files, key=lambda f: f != "manifest.json")
 
 
-def sharded_digest(path: str) -> str:
-    """Open a sharded root (``detfmt.open``), read every sample, one batch across all shards,
-    and every batch of a shuffled ``plan()`` through ``iter_batches``; hash it all."""
+def sharded_digest(path: str, **options: Any) -> str:
+    """Open a sharded root (``detfmt.open(path, **options)``), read every sample, one batch
+    across all shards, and every batch of a shuffled ``plan()`` through ``iter_batches``; hash
+    it all."""
     import detfmt
 
     h = hashlib.sha256()
-    with detfmt.open(path) as ds:
+    with detfmt.open(path, **options) as ds:
         n = len(ds)
         h.update(str(n).encode())
         h.update(repr(ds.class_names).encode())  # labels mean nothing without their names
@@ -835,3 +836,4 @@ def mutate_sharded(root: Path, file: str, op: str, **params: Any) -> None:
         mutate(root, file, op, **params)
     if params.get("reseal") and file != "manifest.json" and (root / "manifest.json").exists():
         reseal_manifest(root)
+
