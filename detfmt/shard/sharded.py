@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import stat
 import tempfile
 import threading
 from collections import OrderedDict
@@ -54,6 +55,9 @@ class ShardedDataset(Sequence):
         cache_limit: byte bound of that cache (LRU; shards the plan needs next are kept).
         max_open: shards kept mapped at once (remote default 32; local: all). An evicted cache
             file stays readable (and on disk) while its reader is open.
+        check_files: local roots: stat every shard file at open (S-2 FILE_MISSING, a regular
+            file, S-7 SHARD_SIZE), one ``lstat`` per shard, so a damaged root fails here rather
+            than at its first batch from that shard. `verify` turns it off to list every problem.
     """
 
     def __init__(
@@ -64,6 +68,7 @@ class ShardedDataset(Sequence):
         cache_dir: str | os.PathLike[str] | None = None,
         cache_limit: int | None = None,
         max_open: int | None = None,
+        check_files: bool = True,
     ) -> None:
         self.root = os.fspath(root)
         self._options = dict(
@@ -104,6 +109,8 @@ class ShardedDataset(Sequence):
             check_root_layout(self.root)  # S-1: never both a 1.0 and a 1.1 root
             self.manifest = decode_manifest(data, where)
             self._max_open = max_open or max(1, len(self.manifest.shards))
+            if check_files:
+                check_shard_files(self.root, self.manifest.shards)
         self.shards = self.manifest.shards
         self.schema = self.manifest.schema
         for k, info in enumerate(self.shards):
@@ -463,6 +470,30 @@ class ShardedDataset(Sequence):
             f"detfmt.ShardedDataset({self.root!r}, samples={len(self)}, "
             f"shards={len(self.shards)}, classes={len(self.schema.classes)})"
         )
+
+
+def check_shard_files(root: str, shards: Sequence[Any]) -> None:
+    """S-2 and S-7 for a local root: every listed shard exists, is a regular file (not a link,
+    directory or FIFO) and has the manifest's size. One ``lstat`` per shard, nothing read."""
+    for info in shards:
+        path = os.path.join(root, *info.path.split("/"))
+        try:
+            st = os.lstat(path)
+        except (FileNotFoundError, NotADirectoryError) as error:
+            raise errors.LayoutError(
+                f"shard {info.path} listed by the manifest is missing", rule="FILE_MISSING",
+                path=path,
+            ) from error
+        except OSError as error:  # ELOOP, ENAMETOOLONG, EACCES...
+            raise errors.UnsafePathError(f"cannot stat shard ({error.strerror})",
+                                         path=path) from error
+        if not stat.S_ISREG(st.st_mode):
+            raise errors.UnsafePathError("a shard must be a regular file", path=path)
+        if st.st_size != info.bytes:
+            raise ShardChecksumError(
+                f"shard is {st.st_size} bytes, manifest says {info.bytes}", rule="SHARD_SIZE",
+                path=path,
+            )
 
 
 def _check_size(path: str, expected: int) -> None:

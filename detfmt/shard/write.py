@@ -162,12 +162,15 @@ def write_shard(
             f.flush()
             if not remote:
                 os.fsync(f.fileno())
+        _refuse_published_change(root, rel, out, storage_options)
         if remote:
             fs, base = _remote(os.fspath(root), storage_options)
             fs.put_file(tmp, f"{base}/{rel}")
         else:
             os.replace(tmp, final)
             fsync_dir(shards_dir)
+    except errors.DetfmtError:
+        raise  # already typed (WriteError is an OSError too)
     except OSError as error:
         raise errors.WriteError(f"writing shard {key!r} failed: {error}", path=final) from error
     finally:
@@ -181,6 +184,46 @@ def write_shard(
         max_boxes=max_boxes,
         schema=schema,
     )
+
+
+def _published_manifest(root: str | os.PathLike[str],
+                        storage_options: Mapping[str, Any] | None) -> bytes | None:
+    """The bytes of ``root``'s published manifest.json, or None when there is none."""
+    try:
+        if is_url(root):
+            fs, base = _remote(os.fspath(root), storage_options)
+            return fs.cat_file(f"{base}/{MANIFEST_NAME}")
+        with open(os.path.join(os.fspath(root), MANIFEST_NAME), "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+def _refuse_published_change(root: str | os.PathLike[str], rel: str, out: _HashingWriter,
+                             storage_options: Mapping[str, Any] | None) -> None:
+    """S-13: a shard the published manifest names may be rewritten with the same bytes only.
+
+    Readers of the published dataset map that file; different content under the same name would
+    change a committed dataset under them (SHARD_SIZE errors, or other samples at the same size).
+    """
+    from detfmt.shard.manifest import decode_manifest
+
+    data = _published_manifest(root, storage_options)
+    if data is None:
+        return
+    try:
+        listed = {s.path: s for s in decode_manifest(data).shards}
+    except errors.DetfmtError:
+        return  # an unreadable manifest publishes nothing readers could use
+    entry = listed.get(rel)
+    if entry is not None and (entry.bytes, entry.xxh3_64) != (out.size, out.digest.hexdigest()):
+        raise errors.TargetExistsError(
+            f"shard {rel} is named by the published manifest with other content; rewriting it "
+            "would change a committed dataset under its readers: use new keys (key_prefix) or a "
+            "new root",
+            path=os.fspath(root),
+            rule="SHARD_PUBLISHED",
+        )
 
 
 def partition_key(partition: int, seq: int, prefix: str = "") -> str:
