@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import shutil
 import sys
@@ -63,8 +64,31 @@ def timed(fn):
     return time.perf_counter() - t, result
 
 
+_MP_JOB: tuple | None = None  # (chunks, root, codec, shard_bytes), inherited by forked workers
+
+
+def _mp_write(i: int) -> None:
+    chunks, root, codec, shard_bytes = _MP_JOB
+    if i < 0:
+        return
+    write_partition(chunks[i], root, i, classes=CLASSES, codec=codec, shard_bytes=shard_bytes)
+
+
+def _cpu_times() -> list[int]:
+    with open("/proc/stat") as f:
+        return [int(v) for v in f.readline().split()[1:]]
+
+
+def _steal_fraction_since(before: list[int]) -> float:
+    """Share of CPU time the hypervisor took from this VM since ``before`` (/proc/stat steal)."""
+    now = _cpu_times()
+    delta = [a - b for a, b in zip(now, before, strict=True)]
+    return delta[7] / max(1, sum(delta)) if len(delta) > 7 else 0.0
+
+
 def bench_ray(
-    data: list[dict], parts: int, codec: str, shard_bytes: int, tmp: str, rounds: int = 3
+    data: list[dict], parts: int, codec: str, shard_bytes: int, tmp: str, rounds: int = 3,
+    policies: str = "default",
 ) -> dict:
     import ray
     import ray.data
@@ -72,7 +96,14 @@ def bench_ray(
     from detfmt.ray import DetfmtDatasink
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    ray.data.DataContext.get_current().enable_progress_bars = False
+    context = ray.data.DataContext.get_current()
+    context.enable_progress_bars = False
+    if policies == "concurrency-cap":  # Ray Data's ramp-up and object-store budget off
+        from ray.data._internal.execution.backpressure_policy import (
+            ConcurrencyCapBackpressurePolicy,
+        )
+
+        context.set_config("backpressure_policies.enabled", [ConcurrencyCapBackpressurePolicy])
     per = len(data) // parts
     chunks = [data[i * per : (i + 1) * per] for i in range(parts)]
 
@@ -96,15 +127,29 @@ def bench_ray(
         ds.write_datasink(sink, concurrency=concurrency)
         return time.perf_counter() - t
 
+    def with_processes(root, processes):
+        """The machine's own scaling: the same partitions by a fork pool (no Ray)."""
+        global _MP_JOB
+        _MP_JOB = (chunks, root, codec, shard_bytes)
+        with multiprocessing.get_context("fork").Pool(processes) as pool:
+            pool.map(_mp_write, [-1] * processes)  # start-up and imports, not measured
+            t = time.perf_counter()
+            pool.map(_mp_write, range(parts), chunksize=1)
+            return time.perf_counter() - t
+
     with_ray(os.path.join(tmp, "warmup"), 2)  # worker start-up and imports, not measured
-    times: dict[str, list[float]] = {"direct": [], "ray1": [], "ray2": []}
+    steal0 = _cpu_times()
+    names = ("direct", "ray1", "ray2", "mp1", "mp2")
+    times: dict[str, list[float]] = {name: [] for name in names}
     for r in range(rounds):  # interleaved, so the machine's other load hits every side alike
-        for name in ("direct", "ray1", "ray2"):
+        for name in names:
             root = os.path.join(tmp, f"{name}-{r}")
             if name == "direct":
                 times[name].append(timed(lambda root=root: direct(root))[0])
-            else:
+            elif name.startswith("ray"):
                 times[name].append(with_ray(root, int(name[-1])))
+            else:
+                times[name].append(with_processes(root, int(name[-1])))
     res = {f"{name}_s": float(np.median(ts)) for name, ts in times.items()}
     res["rounds"] = {name: ts for name, ts in times.items()}
     res["ray_1_s"], res["ray_2_s"] = res.pop("ray1_s"), res.pop("ray2_s")
@@ -112,6 +157,11 @@ def bench_ray(
     pairs = zip(times["ray1"], times["ray2"], strict=True)
     res["speedup_2_vs_1_per_round"] = [a / b for a, b in pairs]
     res["datasink_overhead"] = res["ray_1_s"] / res["direct_s"] - 1
+    res["processes_2_vs_1"] = res.pop("mp1_s") / res.pop("mp2_s")
+    pairs = zip(times["mp1"], times["mp2"], strict=True)
+    res["processes_2_vs_1_per_round"] = [a / b for a, b in pairs]
+    res["ray_scaling_vs_processes"] = res["speedup_2_vs_1"] / res["processes_2_vs_1"]
+    res["steal_fraction"] = _steal_fraction_since(steal0)
 
     def manifest(name: str) -> bytes:
         with open(os.path.join(tmp, name, "manifest.json"), "rb") as f:
@@ -283,6 +333,11 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=2, help="Loader threads (row 5)")
     p.add_argument("--rounds", type=int, default=REPEATS, help="interleaved rounds (row 5)")
     p.add_argument("--write-rounds", type=int, default=3, help="interleaved rounds (rows 1-2)")
+    p.add_argument("--write-parts", type=int, default=4, help="input partitions = Ray tasks")
+    p.add_argument("--ray-policies", choices=("default", "concurrency-cap"), default="default",
+                   help="Ray Data backpressure policies (rows 1-2): Ray's defaults, or only "
+                   "the concurrency cap (no ramp-up / object-store budget holding tasks back)")
+    p.add_argument("--only-write", action="store_true", help="only rows 1-2 (Ray write)")
     p.add_argument("--json")
     args = p.parse_args()
     shard_bytes = int(args.shard_mib * (1 << 20))
@@ -298,16 +353,19 @@ def main() -> int:
     try:
         if not args.skip_ray and not args.only_loader:
             out["write"] = bench_ray(
-                data, 4, args.codec, shard_bytes, os.path.join(tmp, "w"), args.write_rounds
+                data, args.write_parts, args.codec, shard_bytes, os.path.join(tmp, "w"),
+                args.write_rounds, args.ray_policies,
             )
-        if not args.only_loader:
+            out["write"]["parts"], out["write"]["policies"] = args.write_parts, args.ray_policies
+        if not args.only_loader and not args.only_write:
             out["read"] = bench_read(
                 data, args.read_codec, shard_bytes, os.path.join(tmp, "r"), args.batch
             )
-        out["loader"] = bench_loader(
-            data, args.read_codec, shard_bytes, os.path.join(tmp, "l"), args.batch,
-            args.threads, args.rounds,
-        )
+        if not args.only_write:
+            out["loader"] = bench_loader(
+                data, args.read_codec, shard_bytes, os.path.join(tmp, "l"), args.batch,
+                args.threads, args.rounds,
+            )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     out["load_after"] = os.getloadavg()
