@@ -30,10 +30,24 @@ N_SAMPLES = 32
 SIDE = 64  # 32 x 64x64x3 = 0.4 MB of raw pixels, one write per sample
 
 
+def _slowed(fn: Any, delay: float) -> Any:
+    """``fn`` sleeping ``delay`` before and after the real call (widens the kill windows)."""
+    import functools
+
+    @functools.wraps(fn)
+    def slow(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(delay)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            time.sleep(delay)
+
+    return slow
+
+
 def slow_down_io(delay: float) -> list[str]:
     """Wrap every function of detfmt._io whose name says it moves or deletes things so it sleeps
     ``delay`` before and after the real call; returns the wrapped names."""
-    import functools
 
     from detfmt import _io
 
@@ -45,18 +59,7 @@ def slow_down_io(delay: float) -> list[str]:
         if not any(w in name for w in SLOW_WORDS):
             continue
 
-        def make(fn: Any) -> Any:
-            @functools.wraps(fn)
-            def slow(*args: Any, **kwargs: Any) -> Any:
-                time.sleep(delay)
-                try:
-                    return fn(*args, **kwargs)
-                finally:
-                    time.sleep(delay)
-
-            return slow
-
-        setattr(_io, name, make(fn))
+        setattr(_io, name, _slowed(fn, delay))
         wrapped.append(name)
     return wrapped
 
@@ -94,23 +97,9 @@ def child_write(target: str, seed: int, overwrite: bool, delay: float,
 def slow_down_os(delay: float) -> None:
     """In a writer child: make ``os.replace`` and ``os.fsync`` (what write_shard and commit use
     to publish a shard file or the manifest) sleep ``delay`` before and after the real call."""
-    import functools
 
     for name in ("replace", "fsync"):
-        fn = getattr(os, name)
-
-        def make(fn: Any) -> Any:
-            @functools.wraps(fn)
-            def slow(*args: Any, **kwargs: Any) -> Any:
-                time.sleep(delay)
-                try:
-                    return fn(*args, **kwargs)
-                finally:
-                    time.sleep(delay)
-
-            return slow
-
-        setattr(os, name, make(fn))
+        setattr(os, name, _slowed(getattr(os, name), delay))
 
 
 def shard_generation(seed: int) -> dict[str, Any]:
