@@ -40,3 +40,11 @@ def worker() -> Iterator[relharness.SafeWorker]:
     w = relharness.SafeWorker()
     yield w
     w.close()
+
+
+@pytest.fixture(scope="module")
+def worker30() -> Iterator[relharness.SafeWorker]:
+    """The same child with 30 s per call, for the kill loops (a check reads a whole dataset)."""
+    w = relharness.SafeWorker(timeout=30)
+    yield w
+    w.close()

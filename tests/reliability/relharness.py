@@ -371,6 +371,18 @@ def op_verify(path: str) -> list[list[Any]]:
     return [[v.rule, v.index] for v in report.violations]
 
 
+def _with_verify(result: dict[str, Any], path: Any) -> dict[str, Any]:
+    """``result`` plus what ``detfmt.verify`` says of ``path`` (violations, or its typed error)."""
+    import detfmt
+
+    try:
+        report = detfmt.verify(path, raise_on_error=False)
+        result["violations"] = [[v.rule, v.index] for v in report.violations]
+    except detfmt.DetfmtError as e:
+        result["verify_error"] = [type(e).__name__, e.rule]
+    return result
+
+
 def op_check_all(path: str) -> dict[str, Any]:
     """The fuzz property in one call: open+iterate and verify, each outcome recorded.
 
@@ -383,12 +395,7 @@ def op_check_all(path: str) -> dict[str, Any]:
         result["digest"] = content_digest(path)
     except detfmt.DetfmtError as e:
         result["open_error"] = [type(e).__name__, e.rule]
-    try:
-        report = detfmt.verify(path, raise_on_error=False)
-        result["violations"] = [[v.rule, v.index] for v in report.violations]
-    except detfmt.DetfmtError as e:
-        result["verify_error"] = [type(e).__name__, e.rule]
-    return result
+    return _with_verify(result, path)
 
 
 def op_flip_every_payload_byte(path: str) -> dict[str, Any]:
@@ -755,12 +762,7 @@ def op_check_sharded(path: str) -> dict[str, Any]:
             next(iter(ds.iter_batches(plan)), None)
     except detfmt.DetfmtError as e:
         result["plan_error"] = [type(e).__name__, e.rule]
-    try:
-        report = detfmt.verify(path, raise_on_error=False)
-        result["violations"] = [[v.rule, v.index] for v in report.violations]
-    except detfmt.DetfmtError as e:
-        result["verify_error"] = [type(e).__name__, e.rule]
-    return result
+    return _with_verify(result, path)
 
 
 def reseal_manifest(root: Path, *shards: str) -> None:

@@ -14,13 +14,6 @@ import relharness as rh
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def worker30() -> rh.SafeWorker:
-    w = rh.SafeWorker(timeout=30)
-    yield w
-    w.close()
-
-
 def test_kill9_loop(tmp_path: Path, worker30: rh.SafeWorker) -> None:
     report = crashloop.kill_loop(tmp_path, iterations=50, seed=1234, delay=0.03, worker=worker30,
                                  kill_window=(0.0, 1.25))

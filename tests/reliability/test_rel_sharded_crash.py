@@ -20,13 +20,6 @@ import relharness as rh
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def worker30() -> rh.SafeWorker:
-    w = rh.SafeWorker(timeout=30)
-    yield w
-    w.close()
-
-
 def test_sharded_kill9_loop(tmp_path: Path, worker30: rh.SafeWorker) -> None:
     report = crashloop.shard_kill_loop(tmp_path, iterations=16, seed=4321, delay=0.005,
                                        worker=worker30)
