@@ -359,7 +359,7 @@ class Dataset(Sequence):
             raise errors.UsageError(f"out must be uint8 {(h, w, 3)}, got {out.dtype} {out.shape}")
         start = int(self._offsets[i])
         payload = self._blob[start : start + int(self._nbytes[i])]
-        _codecs.decode_into(payload, int(self._codecs[i]), out, path=self._blob_path, index=i)
+        _codecs.decode_into(payload, int(self._codecs[i]), out, path=self.blob_path, index=i)
 
     def decode_payload_into(self, index: int, payload: Any, out: np.ndarray) -> None:
         """Decode ``payload``, the stored bytes of sample ``index`` that the caller read itself
@@ -386,10 +386,6 @@ class Dataset(Sequence):
     def blob_path(self) -> str:
         """Where images.bin lives, for messages (``<shard>#images.bin`` inside a packed shard)."""
         return self._members[spec.BLOB_FILE].path
-
-    @property
-    def _blob_path(self) -> str:  # kept for callers of the former private name
-        return self.blob_path
 
     def read_image(self, index: int) -> np.ndarray:
         """The image of one sample: a read-only zero-copy view for raw, a new array otherwise."""
@@ -428,7 +424,7 @@ class Dataset(Sequence):
         boxes = np.array(self.boxes[i, :count])
         classes = np.array(self.classes[i, :count])
         fields_ = {name: np.array(values[i, :count]) for name, values in self.box_fields.items()}
-        self._raise_label_errors(np.array([i]), boxes[None], classes[None], np.array([count]),
+        self.check_labels(np.array([i]), boxes[None], classes[None], np.array([count]),
                                  {name: value[None] for name, value in fields_.items()})
         for name, values in self.image_fields.items():
             fields_[name] = np.array(values[i])
@@ -452,9 +448,6 @@ class Dataset(Sequence):
         for violation in self._label_violations(indices, boxes, classes, counts,
                                                 box_fields or {}):
             raise violation.to_error()
-
-    def _raise_label_errors(self, indices, boxes, classes, counts, box_fields) -> None:
-        self.check_labels(indices, boxes, classes, counts, box_fields)  # the former name
 
     def _label_violations(self, indices, boxes, classes, counts, box_fields):
         paths = (self._members[spec.BOXES_FILE].path, self._members[spec.CLASSES_FILE].path)
@@ -507,7 +500,7 @@ class Dataset(Sequence):
         classes = self.classes[idx, :m] if m else np.zeros((b, 0), np.int32)
         fields_ = {name: (values[idx, :m] if m else np.zeros((b, 0), values.dtype))
                    for name, values in self.box_fields.items()}
-        self._raise_label_errors(idx, boxes, classes, counts, fields_)
+        self.check_labels(idx, boxes, classes, counts, fields_)
         hmax = int(heights.max()) if b else 0
         wmax = int(widths.max()) if b else 0
         images = self._batch_buffer(out, b, hmax, wmax)

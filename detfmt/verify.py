@@ -113,7 +113,7 @@ def _check_files(dataset: Dataset, report: VerifyReport) -> None:
 
 def _check_payloads(dataset: Dataset, report: VerifyReport) -> None:
     blob = dataset._blob
-    path = dataset._blob_path
+    path = dataset.blob_path
     index = dataset.index
     scratch = np.empty(0, np.uint8)
     for i in range(len(dataset)):

@@ -357,7 +357,7 @@ class ShardedDataset(Sequence):
         if clean:
             return
         for k, pos in groups:
-            readers[k]._raise_label_errors(
+            readers[k].check_labels(
                 local[pos],
                 boxes[pos],
                 classes[pos],
