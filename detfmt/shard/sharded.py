@@ -79,6 +79,7 @@ class ShardedDataset(Sequence):
         )
         self.remote = is_url(self.root)
         self._cache = None
+        self._files_checked = False
         if self.remote:
             import fsspec  # an extra: only remote roots need it
 
@@ -111,6 +112,7 @@ class ShardedDataset(Sequence):
             self._max_open = max_open or max(1, len(self.manifest.shards))
             if check_files:
                 check_shard_files(self.root, self.manifest.shards)
+            self._files_checked = check_files
         self.shards = self.manifest.shards
         self.schema = self.manifest.schema
         for k, info in enumerate(self.shards):
@@ -386,17 +388,11 @@ class ShardedDataset(Sequence):
         wrap-around padding to whole global batches when ``world_size > 1`` (every rank runs
         the same number of equal batches, O-5), a short last batch with one rank.
         """
-        if self._cache is None:
+        if self._cache is None and not self._files_checked:
             # the plan is sized by the manifest's counts, which S-7 ties to the shard sizes
-            # (__init__ bounds each count by its entry's bytes): check those first
-            for info in self.shards:
-                path = os.path.join(self.root, *info.path.split("/"))
-                try:
-                    _check_size(path, info.bytes)
-                except FileNotFoundError as error:
-                    raise errors.LayoutError(
-                        f"shard {info.path} is missing", rule="FILE_MISSING", path=path
-                    ) from error
+            # (__init__ bounds each count by its entry's bytes): check those once
+            check_shard_files(self.root, self.shards)
+            self._files_checked = True
         return EpochPlan.build(
             self._counts.tolist(),
             OrderState(seed, epoch, samples_seen),
