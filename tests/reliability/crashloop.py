@@ -285,10 +285,16 @@ def classify(target: Path, worker: relharness.SafeWorker, digests: dict[str, str
     """absent | old | new | or a description of what is wrong (opened in the sandbox)."""
     if not os.path.lexists(target):
         return "absent"
+    return _verified_version(target, worker, digests, "op_open_iterate")
+
+
+def _verified_version(target: Path, worker: relharness.SafeWorker, digests: dict[str, str],
+                      iterate: str) -> str:
+    """The name of the digest ``target`` verifies and reads back as, or what is wrong."""
     verify = worker.call("op_verify", str(target))
     if verify.kind != "ok" or verify.value:
         return f"BAD verify: {verify}"
-    content = worker.call("op_open_iterate", str(target))
+    content = worker.call(iterate, str(target))
     if content.kind != "ok":
         return f"BAD open: {content}"
     for name, digest in digests.items():
@@ -459,16 +465,7 @@ def classify_sharded(root: Path, worker: relharness.SafeWorker, digests: dict[st
     if not os.path.lexists(root / "manifest.json"):
         out = worker.call("op_sharded_iterate", str(root))
         return "absent" if out.kind == "detfmt" else f"BAD no manifest but open gave {out}"
-    verify = worker.call("op_verify", str(root))
-    if verify.kind != "ok" or verify.value:
-        return f"BAD verify: {verify}"
-    content = worker.call("op_sharded_iterate", str(root))
-    if content.kind != "ok":
-        return f"BAD open: {content}"
-    for name, digest in digests.items():
-        if content.value == digest:
-            return name
-    return "BAD content: neither old nor new"
+    return _verified_version(root, worker, digests, "op_sharded_iterate")
 
 
 def wait_for_phase(writer: Writer, phase: str, timeout: float = 20.0) -> bool:
