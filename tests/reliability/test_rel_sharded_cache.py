@@ -5,11 +5,7 @@ fetched again. Served by a loopback HTTP server with range support (tests/scaleo
 
 from __future__ import annotations
 
-import contextlib
-import http.server
 import sys
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,6 +16,7 @@ pytest.importorskip("aiohttp")
 sys.path.insert(0, str(relharness.REPO / "tests" / "scaleout"))
 
 from scaleout_servers import RangeHandler
+from scaleout_servers import http_range_server as serve
 
 import detfmt
 from detfmt.shard.errors import ShardChecksumError
@@ -43,19 +40,6 @@ class FlipHandler(RangeHandler):
         if data and self.path.endswith(".detfmt"):
             data[len(data) // 2] ^= 0x40
         outputfile.write(bytes(data))
-
-
-@contextlib.contextmanager
-def serve(directory: Path, handler: type[RangeHandler] = RangeHandler) -> Iterator[str]:
-    server = http.server.ThreadingHTTPServer(
-        ("127.0.0.1", 0), lambda *a, **k: handler(*a, directory=str(directory), **k))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 @pytest.fixture(scope="module")

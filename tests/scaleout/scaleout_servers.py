@@ -98,11 +98,14 @@ class RangeHandler(http.server.SimpleHTTPRequestHandler):
 
 
 @contextlib.contextmanager
-def http_range_server(directory: str) -> Iterator[str]:
-    """Serve ``directory`` on loopback with range support; yields the base URL."""
+def http_range_server(directory: str, handler_class: type[RangeHandler] = RangeHandler
+                      ) -> Iterator[str]:
+    """Serve ``directory`` on loopback with range support; yields the base URL.
+
+    ``handler_class`` (a RangeHandler subclass) lets fault tests cut or corrupt responses."""
 
     def handler(*args, **kwargs):
-        return RangeHandler(*args, directory=directory, **kwargs)
+        return handler_class(*args, directory=str(directory), **kwargs)
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
