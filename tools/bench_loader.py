@@ -469,6 +469,15 @@ def bench_npy(samples, work: Path, args) -> None:
         shutil.rmtree(root)
 
 
+def fresh_dir(path: Path, create: bool = True) -> Path:
+    """``path`` emptied of an earlier run's peer data (and created unless the peer does it)."""
+    if path.exists():
+        shutil.rmtree(path)
+    if create:
+        path.mkdir(parents=True)
+    return path
+
+
 def bench_tensordict(samples, work: Path, args) -> None:
     try:
         import torch
@@ -476,11 +485,8 @@ def bench_tensordict(samples, work: Path, args) -> None:
     except ImportError as error:
         SKIPPED.append(("tensordict", f"not installed ({error})"))
         return
-    root = work / "tensordict"
+    root = fresh_dir(work / "tensordict")
     n = len(samples) * args.replicate
-    if root.exists():
-        shutil.rmtree(root)
-    root.mkdir(parents=True)
     images = MemoryMappedTensor.empty((n, LONG_SIDE, LONG_SIDE, 3), dtype=torch.uint8,
                                       filename=str(root / "images.memmap"))
     padded = np.zeros((LONG_SIDE, LONG_SIDE, 3), np.uint8)
@@ -523,11 +529,8 @@ def bench_webdataset(samples, work: Path, args) -> None:
     except ImportError as error:
         SKIPPED.append(("webdataset", f"not installed ({error})"))
         return
-    root = work / "wds"
+    root = fresh_dir(work / "wds")
     n = len(samples) * args.replicate
-    if root.exists():
-        shutil.rmtree(root)
-    root.mkdir(parents=True)
     with wds.ShardWriter(str(root / "shard-%05d.tar"), maxsize=256 << 20, verbose=0) as sink:
         for i in range(n):
             arr, boxes, classes, _ = samples[i % len(samples)]
@@ -573,9 +576,7 @@ def bench_litdata(samples, work: Path, args) -> None:
     except ImportError as error:
         SKIPPED.append(("litdata", f"not installed ({error})"))
         return
-    root = work / "litdata"
-    if root.exists():
-        shutil.rmtree(root)
+    root = fresh_dir(work / "litdata", create=False)
     n = len(samples) * args.replicate
     _LIT_SAMPLES[:] = samples
     with contextlib.redirect_stdout(sys.stderr):
@@ -629,9 +630,7 @@ def bench_mds(samples, work: Path, args) -> None:
     except ImportError as error:
         SKIPPED.append(("mosaicml-streaming", f"not installed ({error})"))
         return
-    root = work / "mds"
-    if root.exists():
-        shutil.rmtree(root)
+    root = fresh_dir(work / "mds", create=False)
     n = len(samples) * args.replicate
     columns = {"image": "ndarray:uint8", "boxes": "ndarray:float32", "classes": "ndarray:int32"}
     with streaming.MDSWriter(out=str(root), columns=columns, compression=None,
