@@ -1,8 +1,15 @@
 """detfmt: a versioned on-disk dataset format for object-detection training.
 
-Importing detfmt needs numpy only (plus msgspec, zstandard, xxhash and Pillow); torch is imported by
-``detfmt.torch`` and ``detfmt.augment`` alone.
+``import detfmt`` loads the error types and the format constants only (numpy); everything else
+loads on first use, so reading a raw dataset needs numpy and msgspec alone, and Pillow,
+simplejpeg, zstandard and the writer load when a decode or a write needs them. torch is imported
+by ``detfmt.torch`` and ``detfmt.augment`` alone.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from detfmt.errors import (
     DatasetChangedError,
@@ -15,7 +22,13 @@ from detfmt.errors import (
     InvalidSampleError,
     LabelError,
     LayoutError,
+    ManifestError,
     NotDetfmtError,
+    PackError,
+    RootLayoutError,
+    SampleIndexError,
+    SchemaMismatchError,
+    ShardChecksumError,
     TargetExistsError,
     TargetLockedError,
     TargetNotWritableError,
@@ -24,23 +37,50 @@ from detfmt.errors import (
     UsageError,
     WriteError,
 )
-from detfmt.reader import Dataset, NumpyBatch, Sample
-from detfmt.reader import open_dataset as open
-from detfmt.schema import ClassInfo, Header
-from detfmt.shard.sharded import ShardedDataset
-from detfmt.shard.write import ShardMeta, commit, write_shard
 from detfmt.spec import FORMAT_VERSION
-from detfmt.verify import VerifyReport, verify
-from detfmt.writer import WriteReport, cleanup, write
+from detfmt.version import __version__
 
-__version__ = "0.1.0"
+if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and IDEs
+    from detfmt._verify import VerifyReport, verify
+    from detfmt.api import open_dataset as open
+    from detfmt.protocol import DatasetLike
+    from detfmt.reader import Dataset
+    from detfmt.records import DatasetSchema, NumpyBatch, Sample
+    from detfmt.schema import ClassInfo, Header
+    from detfmt.shard.sharded import ShardedDataset
+    from detfmt.shard.write import ShardMeta, commit, write_shard
+    from detfmt.writer import WriteReport, cleanup, write
+
+#: public name -> (module, attribute); loaded on first access (PEP 562)
+_LAZY: dict[str, tuple[str, str | None]] = {
+    "open": ("detfmt.api", "open_dataset"),
+    "verify": ("detfmt._verify", "verify"),
+    "VerifyReport": ("detfmt._verify", "VerifyReport"),
+    "Dataset": ("detfmt.reader", "Dataset"),
+    "ShardedDataset": ("detfmt.shard.sharded", "ShardedDataset"),
+    "DatasetLike": ("detfmt.protocol", "DatasetLike"),
+    "DatasetSchema": ("detfmt.records", "DatasetSchema"),
+    "NumpyBatch": ("detfmt.records", "NumpyBatch"),
+    "Sample": ("detfmt.records", "Sample"),
+    "ClassInfo": ("detfmt.schema", "ClassInfo"),
+    "Header": ("detfmt.schema", "Header"),
+    "write": ("detfmt.writer", "write"),
+    "WriteReport": ("detfmt.writer", "WriteReport"),
+    "cleanup": ("detfmt.writer", "cleanup"),
+    "ShardMeta": ("detfmt.shard.write", "ShardMeta"),
+    "commit": ("detfmt.shard.write", "commit"),
+    "write_shard": ("detfmt.shard.write", "write_shard"),
+    "convert": ("detfmt.convert", None),
+}
 
 __all__ = [
     "FORMAT_VERSION",
     "ClassInfo",
     "Dataset",
     "DatasetChangedError",
+    "DatasetLike",
     "DatasetNotFoundError",
+    "DatasetSchema",
     "DecodeError",
     "DetfmtError",
     "FormatError",
@@ -50,9 +90,15 @@ __all__ = [
     "InvalidSampleError",
     "LabelError",
     "LayoutError",
+    "ManifestError",
     "NotDetfmtError",
     "NumpyBatch",
+    "PackError",
+    "RootLayoutError",
     "Sample",
+    "SampleIndexError",
+    "SchemaMismatchError",
+    "ShardChecksumError",
     "ShardMeta",
     "ShardedDataset",
     "TargetExistsError",
@@ -74,11 +120,15 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    """Lazy submodules: ``detfmt.convert.from_coco(...)`` works after a plain ``import detfmt``
-    without importing the converters for every user."""
-    if name == "convert":
-        import importlib
+def __getattr__(name: str) -> Any:
+    entry = _LAZY.get(name)
+    if entry is None:
+        raise AttributeError(f"module 'detfmt' has no attribute {name!r}")
+    module = importlib.import_module(entry[0])
+    value = module if entry[1] is None else getattr(module, entry[1])
+    globals()[name] = value  # later accesses skip this function
+    return value
 
-        return importlib.import_module("detfmt.convert")
-    raise AttributeError(f"module 'detfmt' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -17,6 +17,7 @@ import secrets
 import shutil
 import stat
 from pathlib import Path
+from typing import BinaryIO
 
 import xxhash
 
@@ -64,6 +65,20 @@ def mkdir(path: str) -> None:
 
 def unlink(path: str) -> None:
     os.unlink(path)
+
+
+def file_digest(source: bytes | memoryview | BinaryIO, chunk: int = 8 << 20) -> str:
+    """xxh3-64 (hex, seed 0) of bytes, or of a binary file read to its end in bounded chunks:
+    the one whole-file digest loop (member checksums, shard checksums, downloads)."""
+    digest = xxhash.xxh3_64()
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        view = memoryview(source).cast("B")
+        for start in range(0, view.nbytes, chunk):
+            digest.update(view[start : start + chunk])
+        return digest.hexdigest()
+    while block := source.read(chunk):
+        digest.update(block)
+    return digest.hexdigest()
 
 
 def fsync_dir(path: str) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from detfmt import errors, spec
+from detfmt.protocol import DatasetLike
 
 #: Modules that add subcommands with a ``register(subparsers)`` function (imported lazily, and
 #: skipped when their optional dependencies are missing).
@@ -30,45 +31,49 @@ def _human(size: float) -> str:
     return str(size)  # pragma: no cover
 
 
-def dataset_info(path: str | Path) -> dict[str, Any]:
-    """A summary of a dataset (what ``detfmt info`` prints), as plain data."""
-    from detfmt.reader import Dataset
+def dataset_info(path: str | Path | DatasetLike) -> dict[str, Any]:
+    """A summary of a dataset of any kind (what ``detfmt info`` prints), as plain data."""
+    from detfmt.api import open_dataset
 
-    dataset = Dataset(path)
-    header = dataset.header
-    n = len(dataset)
-    sizes = dataset.sizes
-    counts = np.asarray(dataset.counts, dtype=np.int64)
-    per_class = np.zeros(header.num_classes, np.int64)
+    ds = open_dataset(path) if isinstance(path, (str, Path)) else path
+    try:
+        return _summary(ds)
+    finally:
+        if ds is not path:
+            ds.close()
+
+
+def _summary(ds: DatasetLike) -> dict[str, Any]:
+    schema = ds.schema
+    n = len(ds)
+    sizes = ds.sizes
+    counts = np.asarray(ds.counts, dtype=np.int64)
+    per_class = np.zeros(schema.num_classes, np.int64)
     step = 65536
-    for start in range(0, n, step):
-        rows = slice(start, min(n, start + step))
-        mask = np.arange(header.max_boxes) < counts[rows, None]
-        values = np.asarray(dataset.classes[rows])[mask]
-        per_class += np.bincount(values[(values >= 0) & (values < header.num_classes)],
-                                 minlength=header.num_classes)
-    files = {name: info.size for name, info in header.files.items()}
-    files[spec.HEADER_FILE] = (Path(path) / spec.HEADER_FILE).stat().st_size
+    for start in range(0, n, step):  # through the reader's checks, a block at a time
+        labels = ds.labels(np.arange(start, min(n, start + step)))
+        per_class += np.bincount(labels.classes[labels.mask], minlength=schema.num_classes)
+    files = ds.disk_usage()
     return {
-        "path": str(path),
-        "version": header.version,
+        "path": ds.location,
+        "version": ds.format_version,
         "num_samples": n,
-        "codecs": dict(header.image.codecs),
-        "fixed_shape": list(header.image.fixed_shape) if header.image.fixed_shape else None,
+        "codecs": ds.codec_counts(),
+        "fixed_shape": list(schema.fixed_shape) if schema.fixed_shape else None,
         "height": _stats(sizes[:, 0]) if n else None,
         "width": _stats(sizes[:, 1]) if n else None,
         "bytes": {"total": sum(files.values()), "files": files},
         "classes": [{"id": i, "name": c.name, "source_id": c.source_id, "boxes": int(per_class[i])}
-                    for i, c in enumerate(header.classes)],
+                    for i, c in enumerate(schema.classes)],
         "boxes": {
             "total": int(counts.sum()),
-            "max_per_image": header.max_boxes,
+            "max_per_image": int(counts.max()) if n else 0,
             "mean_per_image": float(counts.mean()) if n else 0.0,
             "images_without_boxes": int((counts == 0).sum()),
         },
-        "box_fields": [f.name for f in header.box_fields],
-        "image_fields": list(header.image_fields),
-        "metadata": dict(header.metadata),
+        "box_fields": [f.name for f in schema.box_fields],
+        "image_fields": list(schema.image_fields),
+        "metadata": ds.metadata,
     }
 
 
@@ -97,9 +102,12 @@ def _print_info(info: dict[str, Any]) -> None:
         print(f"    {c['id']:>4} {c['name']}{source}: {c['boxes']} boxes")
     if info["box_fields"]:
         print(f"  per-box fields: {', '.join(info['box_fields'])}")
-    print("  files:")
-    for name, size in sorted(info["bytes"]["files"].items()):
-        print(f"    {name:<24} {_human(size):>10}")
+    files = info["bytes"]["files"]
+    print(f"  files ({len(files)}):")
+    for name, size in sorted(files.items())[:24]:
+        print(f"    {name:<32} {_human(size):>10}")
+    if len(files) > 24:
+        print(f"    ... {len(files) - 24} more")
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
@@ -112,7 +120,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    from detfmt.verify import verify
+    from detfmt._verify import verify
 
     report = verify(args.path, raise_on_error=False)
     if report.ok:
@@ -159,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _version() -> str:
-    from detfmt import __version__
+    from detfmt.version import __version__
 
     return f"detfmt {__version__} (format {spec.FORMAT_VERSION})"
 

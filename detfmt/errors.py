@@ -15,14 +15,23 @@ as ``__cause__``, never leaked.
     │   ├── IntegrityError                  checksum mismatch
     │   ├── DecodeError                     a payload does not decode as declared
     │   ├── UnsafePathError                 a member is a symlink, FIFO, directory...
-    │   └── DatasetChangedError             files replaced or truncated under a reader
+    │   ├── DatasetChangedError             files replaced or truncated under a reader
+    │   ├── ManifestError                   manifest.json of a sharded root (SPEC §19.3)
+    │   ├── PackError (LayoutError)         a packed shard's prefix or table of contents
+    │   ├── RootLayoutError (LayoutError)   a root holding both manifest.json and header.json
+    │   ├── SchemaMismatchError             a shard's header disagrees with the manifest
+    │   └── ShardChecksumError (IntegrityError)  a shard's size or xxh3-64
     ├── DatasetNotFoundError (FileNotFoundError)
     ├── WriteError (OSError)                writing failed; the target is untouched
     │   ├── TargetExistsError
     │   ├── TargetLockedError               another writer holds the target
     │   └── TargetNotWritableError
     └── UsageError (ValueError)             invalid arguments or input from the caller
-        └── InvalidSampleError              one input sample is invalid (names the index)
+        ├── InvalidSampleError              one input sample is invalid (names the index)
+        └── SampleIndexError (IndexError)   a sample index outside 0..N-1
+
+`error_for(rule, ...)` builds the typed error of a rule id: the one registry (`RULES`) that the
+reader, ``verify`` and the conformance adapter share.
 """
 
 from __future__ import annotations
@@ -40,7 +49,13 @@ __all__ = [
     "InvalidSampleError",
     "LabelError",
     "LayoutError",
+    "ManifestError",
     "NotDetfmtError",
+    "PackError",
+    "RootLayoutError",
+    "SampleIndexError",
+    "SchemaMismatchError",
+    "ShardChecksumError",
     "TargetExistsError",
     "TargetLockedError",
     "TargetNotWritableError",
@@ -48,6 +63,7 @@ __all__ = [
     "UnsupportedVersionError",
     "UsageError",
     "WriteError",
+    "error_for",
 ]
 
 
@@ -200,3 +216,75 @@ class InvalidSampleError(UsageError):
     """One input sample is invalid; ``index`` names it and ``rule`` says why."""
 
     default_rule = "SAMPLE_INVALID"
+
+
+class SampleIndexError(UsageError, IndexError):
+    """A sample index outside 0..N-1 (an IndexError, so ``for sample in ds`` stops cleanly)."""
+
+    default_rule = "INDEX_RANGE"
+
+
+class ManifestError(FormatError):
+    """manifest.json is unreadable, too large or does not match the 1.1 schema (S-3, S-5)."""
+
+    default_rule = "MANIFEST_SCHEMA"
+
+
+class PackError(LayoutError):
+    """A packed shard file's table of contents or member layout is invalid (S-9, S-10)."""
+
+    default_rule = "PACK_LAYOUT"
+
+
+class RootLayoutError(LayoutError):
+    """A root holds both manifest.json and header.json: neither a 1.0 nor a 1.1 root (S-1)."""
+
+    default_rule = "ROOT_LAYOUT"
+
+
+class SchemaMismatchError(FormatError):
+    """A shard's inner 1.0 header disagrees with the manifest schema or shard entry (S-8)."""
+
+    default_rule = "SCHEMA_MISMATCH"
+
+
+class ShardChecksumError(IntegrityError):
+    """A shard file's size or xxh3-64 differs from its manifest entry (S-7, S-21)."""
+
+    default_rule = "SHARD_CHECKSUM"
+
+
+#: Rule id -> the error class that reports it. Ids not listed are `LayoutError`s (the structural
+#: rules of index, arrays and files).
+RULES: dict[str, type[FormatError]] = {
+    "NOT_DETFMT": NotDetfmtError,
+    "PACK_MAGIC": NotDetfmtError,
+    "VERSION_UNSUPPORTED": UnsupportedVersionError,
+    "FEATURE_UNSUPPORTED": UnsupportedVersionError,
+    "PATH_UNSAFE": UnsafePathError,
+    "CHECKSUM": IntegrityError,
+    "FILE_CHECKSUM": IntegrityError,
+    "DATASET_CHANGED": DatasetChangedError,
+    "MANIFEST_SCHEMA": ManifestError,
+    "SHARD_INDEXING": ManifestError,
+    "PACK_LAYOUT": PackError,
+    "ROOT_LAYOUT": RootLayoutError,
+    "SCHEMA_MISMATCH": SchemaMismatchError,
+    "SHARD_CHECKSUM": ShardChecksumError,
+    "SHARD_SIZE": ShardChecksumError,
+    **dict.fromkeys(("HEADER_MISSING", "HEADER_ENCODING", "HEADER_TOO_LARGE", "HEADER_JSON",
+                     "HEADER_SCHEMA"), HeaderError),
+    **dict.fromkeys(("ZSTD_SIZE", "ZSTD_WINDOW", "ZSTD_CORRUPT", "ZSTD_TRAILING", "IMAGE_DECODE",
+                     "CODEC_UNKNOWN"), DecodeError),
+    **dict.fromkeys(("BOX_INVALID", "BOX_OUT_OF_IMAGE", "CLASS_RANGE", "COUNT_RANGE",
+                     "MASK_INCONSISTENT", "IMAGE_FIELD"), LabelError),
+}
+
+
+def error_for(rule: str, message: str, *, path: str | os.PathLike[str] | None = None,
+              index: int | None = None) -> FormatError:
+    """The typed error of a format rule id (`RULES`; `LayoutError` for the others)."""
+    cls = RULES.get(rule, LayoutError)
+    if cls is UnsupportedVersionError:
+        return cls(message, found="?", supported="?", rule=rule, path=path, index=index)
+    return cls(message, rule=rule, path=path, index=index)

@@ -1,37 +1,53 @@
-"""Epoch order: the sample permutation and its partition across ranks (numpy only).
+"""Epoch order, rank slicing and resume, for every kind of dataset (numpy only; SPEC §18, §19.6).
 
-The order is a pure function of (seed, epoch, n), defined bit-exactly in docs/spec-order.md, so
-any implementation in any language, and any number of threads, workers or ranks, visits the same
-samples in the same order. Everything here is vectorized: a 10M-sample permutation is one pass of
-integer hashing plus one ``np.sort`` of uint64 keys (no argsort, no Python loop).
+The order of an epoch is a pure function of (seed, epoch) and the dataset's sample counts,
+defined bit-exactly in SPEC.md, so any implementation in any language, and any number of threads,
+workers or ranks, visits the same samples in the same order:
 
-Public API (kept small on purpose; the scale-out code builds on it):
+- a 1.0 dataset: O-3 (``random``: `epoch_permutation`), O-4 (``quasi_random``:
+  `quasi_random_permutation`, near-sequential reads on a cold cache) or ``sequential``;
+- a sharded root: S-18 (`sharded_epoch_order`: shards shuffled, then samples within windows of
+  ``shard_window`` shards), or ``sequential``.
 
-- ``epoch_permutation(seed, epoch, n)``: rule O-3, the uniformly shuffled order.
-- ``epoch_key(seed, epoch)``, ``splitmix64_stream(state, start, count)`` and
-  ``permutation_from_key(state, n)``: the building blocks (rules O-1 to O-3) for derived orders.
-- ``quasi_random_permutation(seed, epoch, n, block, window)``: rule O-4, blocks of consecutive
-  samples shuffled together, so reads are near-sequential on a cold cache.
-- ``epoch_length(n, global_batch, world_size, drop_last)`` and
-  ``rank_slice(order, rank, world_size, batch_size, drop_last)``: rules O-5 to O-7.
+Everything after the order is one model for both (S-19, S-20, which contain O-5 to O-7): the
+global batch ``G = world_size * batch_size`` is sliced contiguously across ranks from a position
+``samples_seen``, the tail is dropped or wrap-padded, and the resume state is ``{seed, epoch,
+samples_seen}``, valid on any world size and per-rank batch size. `EpochPlan` is one rank's
+batches of one epoch; `Schedule` is the stateful position the loaders keep.
+
+Everything is vectorized: a 10M-sample permutation is one pass of integer hashing plus one
+``np.sort`` of uint64 keys (no argsort, no Python loop).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
 import numpy as np
 
+from detfmt import spec
 from detfmt.errors import UsageError
 
 __all__ = [
+    "DEFAULT_SHARD_WINDOW",
     "GOLDEN_RATIO_64",
+    "ORDERS",
+    "EpochPlan",
+    "OrderSpec",
+    "OrderState",
+    "Schedule",
+    "default_quasi_block",
     "epoch_key",
-    "epoch_length",
     "epoch_permutation",
     "mix64",
-    "padded_order",
+    "num_steps",
     "permutation_from_key",
+    "position_after",
     "quasi_random_permutation",
-    "rank_slice",
+    "rank_batches",
+    "sharded_epoch_order",
     "splitmix64_stream",
 ]
 
@@ -39,7 +55,9 @@ GOLDEN_RATIO_64 = 0x9E3779B97F4A7C15
 _MASK64 = (1 << 64) - 1
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
-MAX_SAMPLES = 1 << 48  # keys keep >= 16 random bits above the index bits
+MAX_SAMPLES = spec.MAX_ORDER_SAMPLES  # keys keep >= 16 random bits above the index bits
+ORDERS = ("random", "quasi_random", "sequential")
+DEFAULT_SHARD_WINDOW = 4  # shards shuffled together (S-18's W) unless the caller says otherwise
 
 
 def _u64(value: int, name: str) -> int:
@@ -120,9 +138,6 @@ def permutation_from_key(key: int, n: int) -> np.ndarray:
     return keys.view(np.int64)
 
 
-_permutation_from_key = permutation_from_key  # the name detfmt.shard imported first
-
-
 def epoch_permutation(seed: int, epoch: int, n: int) -> np.ndarray:
     """The shuffled order of samples 0..n-1 for one epoch (rule O-3), as int64.
 
@@ -173,51 +188,326 @@ def quasi_random_permutation(
     return out[out < n]
 
 
-def epoch_length(n: int, global_batch: int, world_size: int = 1, drop_last: bool = False) -> int:
-    """Samples in one epoch's global order after rule O-5's drop or wrap-around padding."""
-    n = _check_n(n)
-    if global_batch < 1 or world_size < 1 or global_batch % world_size:
-        raise UsageError(
-            f"global batch {global_batch} must be a positive multiple of world_size {world_size}"
-        )
-    if drop_last:
-        return (n // global_batch) * global_batch
-    if world_size == 1:
-        return n
-    if n == 0:
-        return 0
-    return -(-n // global_batch) * global_batch
 
 
-def padded_order(
-    order: np.ndarray, global_batch: int, world_size: int = 1, drop_last: bool = False
-) -> np.ndarray:
-    """Apply rule O-5 to an epoch order: cut to whole global batches, or pad by wrap-around."""
-    total = epoch_length(len(order), global_batch, world_size, drop_last)
-    if total <= len(order):
-        return order[:total]
-    return order[np.arange(total) % len(order)]
+def sharded_epoch_order(counts: Sequence[int], *, seed: int, epoch: int,
+                        window: int = DEFAULT_SHARD_WINDOW, shuffle: bool = True) -> np.ndarray:
+    """Global sample indices of one epoch of a sharded root, in visiting order (S-17, S-18).
+
+    ``counts`` are the shards' sample counts in manifest order.
+    """
+    if isinstance(window, bool) or not isinstance(window, (int, np.integer)) or window < 1:
+        raise UsageError(f"shuffle window must be >= 1 shard, got {window!r}")
+    counts = [int(c) for c in counts]
+    total = sum(counts)
+    if not shuffle:
+        return np.arange(total, dtype=np.int64)
+    firsts = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)[:-1]]) if counts else []
+    nwin = -(-len(counts) // window)
+    states = splitmix64_stream(epoch_key(seed, epoch), 0, 1 + nwin).tolist()
+    shard_perm = permutation_from_key(states[0], len(counts))
+    parts = []
+    for w in range(nwin):
+        members = shard_perm[w * window : (w + 1) * window]
+        idx = np.concatenate(
+            [np.arange(firsts[k], firsts[k] + counts[k], dtype=np.int64) for k in members])
+        parts.append(idx[permutation_from_key(states[w + 1], len(idx))])
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
-def rank_slice(
-    order: np.ndarray, rank: int, world_size: int, batch_size: int, drop_last: bool = False
-) -> np.ndarray:
-    """The samples rank ``rank`` reads, in its order (rule O-6), shaped (batches, batch_size).
+def default_quasi_block(nbytes: np.ndarray, target: int = 8 << 20) -> int:
+    """Samples per ~8 MiB of payload: rule O-4's block L for near-sequential reads."""
+    mean = float(np.mean(nbytes)) if len(nbytes) else 1.0
+    return max(1, round(target / max(mean, 1.0)))
 
-    Global batch j is ``padded[j*G:(j+1)*G]`` with G = batch_size * world_size; rank r takes its
-    contiguous share ``[r*batch_size:(r+1)*batch_size]`` of every global batch, so every rank
-    gets the same number of equal batches and the global order does not depend on world_size.
-    With world_size 1 and drop_last False, the last row may be short: it is returned as a list.
+
+def _positive(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise UsageError(f"{name} must be a positive int, got {value!r}")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class OrderSpec:
+    """Everything that fixes an epoch's order besides (seed, epoch).
+
+    ``shard_counts`` is None for a 1.0 dataset (orders O-3, O-4, sequential) and the manifest's
+    per-shard sample counts for a sharded root (S-18 with ``shard_window``, or sequential).
+    """
+
+    num_samples: int
+    order: str = "random"
+    shard_counts: tuple[int, ...] | None = None
+    shard_window: int = DEFAULT_SHARD_WINDOW
+    quasi_block: int = 32
+    quasi_window: int = 8
+
+    def __post_init__(self) -> None:
+        if self.order not in ORDERS:
+            raise UsageError(f"order must be one of {ORDERS}, got {self.order!r}")
+        if self.shard_counts is not None and self.order == "quasi_random":
+            raise UsageError("order='quasi_random' is for 1.0 datasets; a sharded root's order "
+                             "already reads whole shards in windows (shard_window)")
+        for name in ("shard_window", "quasi_block", "quasi_window"):
+            _positive(name, getattr(self, name))
+
+    def epoch_order(self, seed: int, epoch: int) -> np.ndarray:
+        """The global sample order of one epoch, before rank slicing and tail handling."""
+        if self.order == "sequential":
+            return np.arange(self.num_samples, dtype=np.int64)
+        if self.shard_counts is not None:
+            return sharded_epoch_order(self.shard_counts, seed=seed, epoch=epoch,
+                                       window=self.shard_window)
+        if self.order == "quasi_random":
+            return quasi_random_permutation(seed, epoch, self.num_samples, self.quasi_block,
+                                            self.quasi_window)
+        return epoch_permutation(seed, epoch, self.num_samples)
+
+    def config(self) -> dict[str, Any]:
+        """The parameters a resume state carries (the order, not the dataset)."""
+        return {"order": self.order, "shard_window": self.shard_window,
+                "quasi_block": self.quasi_block, "quasi_window": self.quasi_window}
+
+
+def _check_position(total: int, samples_seen: int) -> None:
+    if isinstance(samples_seen, bool) or not isinstance(samples_seen, (int, np.integer)) \
+            or not 0 <= samples_seen <= total:
+        raise UsageError(f"samples_seen {samples_seen!r} outside 0..{total}")
+
+
+def num_steps(total: int, world_size: int, batch_size: int, samples_seen: int = 0,
+              drop_last: bool = True) -> int:
+    """Batches every rank yields from position ``samples_seen`` on (S-19, O-5).
+
+    ``drop_last``: floor((N - samples_seen) / G) with G = world * batch; otherwise
+    ceil((N - samples_seen) / G) (padded by wrap-around when world > 1, the last batch short when
+    world == 1).
+    """
+    if world_size < 1 or batch_size < 1:
+        raise UsageError("world_size and batch_size must be >= 1")
+    _check_position(total, samples_seen)
+    g = world_size * batch_size
+    left = total - samples_seen
+    return left // g if drop_last else -(-left // g)
+
+
+def rank_batches(order: np.ndarray, *, world_size: int, rank: int, batch_size: int,
+                 samples_seen: int = 0, drop_last: bool = True) -> Iterator[np.ndarray]:
+    """Rank ``rank``'s batches: a contiguous slice of each global batch (S-19).
+
+    Step t covers positions [p0 + tG, p0 + (t+1)G) of the epoch order (p0 = ``samples_seen``);
+    rank r takes [p0 + tG + rB, p0 + tG + (r+1)B). With ``drop_last`` false and world > 1,
+    positions p >= N hold ``order[p mod N]`` (O-5 wrap-around padding), so every rank yields
+    the same number of full batches; with world 1 the last batch is short instead.
     """
     if not 0 <= rank < world_size:
-        raise UsageError(f"rank {rank} must be in [0, world_size={world_size})")
-    if batch_size < 1:
-        raise UsageError(f"batch_size must be >= 1, got {batch_size}")
-    g = batch_size * world_size
-    padded = padded_order(np.asarray(order, dtype=np.int64), g, world_size, drop_last)
-    full = len(padded) // g
-    mine = padded[: full * g].reshape(full, world_size, batch_size)[:, rank, :]
-    tail = padded[full * g :]
-    if len(tail):  # only with world_size == 1 and drop_last False
-        return [*mine, tail]
-    return mine
+        raise UsageError(f"rank {rank} outside 0..{world_size - 1}")
+    n = len(order)
+    g = world_size * batch_size
+    pad = not drop_last and world_size > 1
+    for t in range(num_steps(n, world_size, batch_size, samples_seen, drop_last)):
+        lo = samples_seen + t * g + rank * batch_size
+        hi = lo + batch_size
+        if hi <= n:
+            yield order[lo:hi]
+        elif pad:
+            yield order[np.arange(lo, hi, dtype=np.int64) % n]
+        else:
+            yield order[lo:n]
+
+
+def position_after(total: int, world_size: int, batch_size: int, samples_seen: int, steps: int,
+                   drop_last: bool = True) -> int:
+    """``samples_seen`` after ``steps`` more steps; the epoch's end is N (the dropped tail or
+    the wrap-around padding counts as seen), so a finished epoch is finished on any world size."""
+    left = num_steps(total, world_size, batch_size, samples_seen, drop_last)
+    if steps >= left:
+        return total
+    return samples_seen + steps * world_size * batch_size
+
+
+@dataclass(frozen=True)
+class OrderState:
+    """Resume state (S-20): a position in the epoch order, valid on any world size."""
+
+    seed: int
+    epoch: int
+    samples_seen: int = 0
+
+    def advanced(self, steps: int, world_size: int, batch_size: int) -> OrderState:
+        seen = self.samples_seen + steps * world_size * batch_size
+        return OrderState(self.seed, self.epoch, seen)
+
+
+@dataclass(frozen=True)
+class EpochPlan:
+    """One rank's view of one epoch: its batches from position ``samples_seen`` on."""
+
+    order: np.ndarray
+    world_size: int
+    rank: int
+    batch_size: int
+    samples_seen: int
+    drop_last: bool = True
+
+    @classmethod
+    def build(cls, spec_: OrderSpec, state: OrderState, *, world_size: int = 1, rank: int = 0,
+              batch_size: int = 1, drop_last: bool = True,
+              order: np.ndarray | None = None) -> EpochPlan:
+        """The plan of ``state``'s epoch (``order``: that epoch's order, when already known)."""
+        _positive("world_size", world_size)
+        _positive("batch_size", batch_size)
+        if not 0 <= rank < world_size:
+            raise UsageError(f"rank {rank} outside 0..{world_size - 1}")
+        if order is None:
+            order = spec_.epoch_order(state.seed, state.epoch)
+        num_steps(len(order), world_size, batch_size, state.samples_seen, drop_last)  # checks
+        return cls(order, world_size, rank, batch_size, state.samples_seen, bool(drop_last))
+
+    def __len__(self) -> int:
+        return num_steps(len(self.order), self.world_size, self.batch_size, self.samples_seen,
+                         self.drop_last)
+
+    def batches(self) -> Iterator[np.ndarray]:
+        return rank_batches(self.order, world_size=self.world_size, rank=self.rank,
+                            batch_size=self.batch_size, samples_seen=self.samples_seen,
+                            drop_last=self.drop_last)
+
+    def samples_seen_after(self, steps: int) -> int:
+        """The resume position (S-20) once this plan's first ``steps`` steps are consumed."""
+        return position_after(len(self.order), self.world_size, self.batch_size,
+                              self.samples_seen, steps, self.drop_last)
+
+
+STATE_VERSION = 2
+
+
+class Schedule:
+    """Where an iteration over a dataset stands: seed, epoch, position; and this rank's share.
+
+    The loaders keep one. ``state_dict()`` is ``{seed, epoch, samples_seen}`` plus the order's
+    configuration (S-20): it resumes on any world size, per-rank batch size and thread count,
+    for 1.0 datasets and sharded roots alike. ``drop_last`` is this run's own choice (it only
+    decides this run's tail).
+    """
+
+    def __init__(self, spec_: OrderSpec, *, batch_size: int, seed: int = 0, rank: int = 0,
+                 world_size: int = 1, drop_last: bool | None = None) -> None:
+        self.spec = spec_
+        self.batch_size = _positive("batch_size", batch_size)
+        self.world_size = _positive("world_size", world_size)
+        if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) \
+                or not 0 <= rank < world_size:
+            raise UsageError(f"rank {rank!r} is outside [0, {world_size})")
+        self.rank = int(rank)
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+            raise UsageError(f"seed must be an int, got {seed!r}")
+        self.seed = int(seed)
+        self.drop_last = bool(self.world_size > 1 if drop_last is None else drop_last)
+        self.epoch = 0
+        self.samples_seen = 0  # position in this epoch's order (S-20)
+        self._start = 0  # where the running iteration started
+        self._cached: tuple[tuple, np.ndarray] | None = None
+
+    @property
+    def num_samples(self) -> int:
+        return self.spec.num_samples
+
+    @property
+    def global_batch(self) -> int:
+        return self.batch_size * self.world_size
+
+    def __len__(self) -> int:
+        """Batches this rank yields in a whole epoch."""
+        return num_steps(self.num_samples, self.world_size, self.batch_size, 0, self.drop_last)
+
+    def epoch_order(self, epoch: int | None = None) -> np.ndarray:
+        """The global order of an epoch (computed once per epoch)."""
+        epoch = self.epoch if epoch is None else epoch
+        key = (self.seed, epoch, self.spec)
+        if self._cached is None or self._cached[0] != key:
+            self._cached = (key, self.spec.epoch_order(self.seed, epoch))
+        return self._cached[1]
+
+    def plan(self, epoch: int | None = None, samples_seen: int | None = None) -> EpochPlan:
+        """This rank's plan of an epoch from ``samples_seen`` (default: where it stands now)."""
+        epoch = self.epoch if epoch is None else epoch
+        seen = self.samples_seen if samples_seen is None else samples_seen
+        return EpochPlan.build(self.spec, OrderState(self.seed, epoch, seen),
+                               world_size=self.world_size, rank=self.rank,
+                               batch_size=self.batch_size, drop_last=self.drop_last,
+                               order=self.epoch_order(epoch))
+
+    def rank_batches(self, epoch: int | None = None) -> list[np.ndarray]:
+        """This rank's batches of a whole epoch."""
+        return [np.asarray(b, dtype=np.int64) for b in self.plan(epoch, 0).batches()]
+
+    def _finished(self) -> bool:
+        return self.num_samples > 0 and self.samples_seen >= self.num_samples
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch the next iteration runs; a new epoch (or a finished one) restarts at
+        position 0, the same unfinished epoch continues (resume)."""
+        if isinstance(epoch, bool) or not isinstance(epoch, (int, np.integer)) or epoch < 0:
+            raise UsageError(f"epoch must be a non-negative int, got {epoch!r}")
+        if epoch != self.epoch or self._finished():
+            self.samples_seen = 0
+        self.epoch = int(epoch)
+
+    def begin_epoch(self) -> list[np.ndarray]:
+        """This rank's remaining batches of the epoch; a finished epoch moves to the next."""
+        if self._finished():
+            self.epoch += 1
+            self.samples_seen = 0
+        self._start = self.samples_seen
+        return [np.asarray(b, dtype=np.int64) for b in self.plan().batches()]
+
+    def mark(self, steps: int) -> None:
+        """``steps`` of the batches `begin_epoch` returned were handed out."""
+        self.samples_seen = position_after(self.num_samples, self.world_size, self.batch_size,
+                                           self._start, steps, self.drop_last)
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{seed, epoch, samples_seen}`` and the order's configuration (S-20); ``samples_seen
+        == num_samples`` marks a finished epoch."""
+        return {"version": STATE_VERSION, "seed": self.seed, "epoch": self.epoch,
+                "samples_seen": self.samples_seen, "num_samples": self.num_samples,
+                **self.spec.config()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue at position ``samples_seen`` of ``epoch`` with the saved seed and order;
+        world size, batch size, threads and ``drop_last`` may differ from the saving run.
+
+        States of the previous loaders (version 1: ``batches_done`` of a 1.0 loader, or the
+        sharded loader's ``samples_seen``) are accepted."""
+        state = _upgrade_state(state, self.spec)
+        if state["num_samples"] != self.num_samples:
+            raise UsageError(f"state is for {state['num_samples']} samples, the dataset has "
+                             f"{self.num_samples}")
+        _check_position(self.num_samples, state["samples_seen"])
+        try:
+            spec_ = replace(self.spec, order=state["order"], shard_window=state["shard_window"],
+                            quasi_block=state["quasi_block"], quasi_window=state["quasi_window"])
+        except (TypeError, KeyError) as error:
+            raise UsageError(f"not a detfmt loader state: {error}") from error
+        self.spec = spec_
+        self.seed = int(state["seed"])
+        self.epoch = int(state["epoch"])
+        self.samples_seen = int(state["samples_seen"])
+
+
+def _upgrade_state(state: Mapping[str, Any], spec_: OrderSpec) -> dict[str, Any]:
+    if not isinstance(state, Mapping) or state.get("version") not in (1, STATE_VERSION):
+        raise UsageError("not a detfmt loader state_dict (or from an unknown version)")
+    state = dict(state)
+    if state["version"] == STATE_VERSION:
+        return state
+    if state.get("kind") == "sharded":  # version 1 of the sharded loader
+        return {**state, "order": "random" if state.get("shuffle", True) else "sequential",
+                "quasi_block": spec_.quasi_block, "quasi_window": spec_.quasi_window}
+    # version 1 of the 1.0 loader: batches_done global batches of global_batch samples (O-7)
+    n, g = int(state["num_samples"]), int(state["global_batch"])
+    done = int(state["batches_done"])
+    finished = done >= num_steps(n, 1, g, 0, bool(state.get("drop_last", False)))
+    return {**state, "samples_seen": n if finished else done * g,
+            "shard_window": spec_.shard_window}

@@ -20,13 +20,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import msgspec
+import numpy as np
 import ray
 import ray.data
 from ray.data import Datasink
 from ray.data.block import BlockAccessor
 
-import detfmt
 from detfmt import errors
+from detfmt.api import open_dataset
 from detfmt.shard.manifest import Manifest
 from detfmt.shard.write import (
     DEFAULT_SHARD_BYTES,
@@ -36,6 +37,7 @@ from detfmt.shard.write import (
     is_url,
     write_partition,
 )
+from detfmt.writer import write
 
 __all__ = ["DetfmtDatasink", "read_detfmt"]
 
@@ -89,7 +91,7 @@ class DetfmtDatasink(Datasink):
     def on_write_start(self, schema: Any = None) -> None:
         """Fail before any task runs if options, input columns or the target are wrong."""
         with tempfile.TemporaryDirectory() as tmp:  # the writer's own option checks, no data
-            detfmt.write(
+            write(
                 [],
                 os.path.join(tmp, "probe"),
                 classes=self.classes,
@@ -172,34 +174,31 @@ class DetfmtDatasink(Datasink):
         return "Detfmt"
 
 
-def read_detfmt(root: str | os.PathLike[str], **open_options: Any) -> ray.data.Dataset:
-    """A Ray Dataset of a 1.1 root's samples, one read task per shard (order kept).
+def read_detfmt(root: str | os.PathLike[str], *, block_size: int = 1024,
+                **open_options: Any) -> ray.data.Dataset:
+    """A Ray Dataset of any detfmt dataset's samples (a 1.0 directory, a sharded root or its
+    URL), one read task per block of at most ``block_size`` samples of one shard, order kept.
 
     Rows: ``index`` (global), ``image`` (H, W, 3) uint8, ``boxes`` (K, 4), ``classes`` (K,).
     """
-    ds = detfmt.open(root, **open_options)
-    root_text = os.fspath(root)
-    spans = [(k, s.num_samples) for k, s in enumerate(ds.shards) if s.num_samples]
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        raise errors.UsageError(f"block_size must be a positive int, got {block_size!r}")
+    spans: list[tuple[int, int]] = []
+    with open_dataset(root, **open_options) as ds:
+        for start, stop in ds.part_ranges():
+            spans += [(lo, min(stop, lo + block_size)) for lo in range(start, stop, block_size)]
     if not spans:
         return ray.data.from_items([])
+    root_text = os.fspath(root)
 
-    def read_shard(row: dict[str, Any]) -> list[dict[str, Any]]:
-        shards = detfmt.open(root_text, **open_options)
-        k = int(row["shard"])
-        reader = shards.shard(k)
-        first = shards.shards[k].first_index
-        out = []
-        for j in range(len(reader)):
-            s = reader[j]
-            out.append(
-                {
-                    "index": first + j,
-                    "image": s.image.copy(),
-                    "boxes": s.boxes,
-                    "classes": s.classes.astype("int64"),
-                }
-            )
+    def read_block(row: dict[str, Any]) -> list[dict[str, Any]]:
+        with open_dataset(root_text, **open_options) as ds:
+            out = []
+            for i in range(int(row["start"]), int(row["stop"])):
+                s = ds[i]
+                out.append({"index": i, "image": np.array(s.image), "boxes": s.boxes,
+                            "classes": s.classes.astype("int64")})
         return out
 
-    items = [{"shard": k} for k, _ in spans]
-    return ray.data.from_items(items, override_num_blocks=len(items)).flat_map(read_shard)
+    items = [{"start": lo, "stop": hi} for lo, hi in spans]
+    return ray.data.from_items(items, override_num_blocks=len(items)).flat_map(read_block)

@@ -1,229 +1,83 @@
-"""``detfmt.open``: a zero-copy, numpy-only reader.
+"""`Dataset`: the zero-copy, numpy-only reader of one 1.0 dataset, over any member source.
 
 Opening reads header.json and the small .npy headers, checks every count, offset and size
-against the real file sizes (in Python ints) and only then maps the files read-only. Labels are
-checked for the samples actually read (a vectorized check per sample or batch), so opening stays
-O(1) in I/O beyond the index; ``verify`` checks everything.
+against the real member sizes (in Python ints) and only then maps the members read-only. The
+index records, counts and labels are checked in chunks the first time a sample of the chunk is
+read (a bitmap remembers which chunks passed), so opening stays O(1), the first batch costs
+O(batch), and no unchecked record or label ever reaches the user (R-44); ``verify`` checks
+everything. The same class reads a dataset directory and a packed shard file
+(`detfmt.members`); batches of both go through the one gather engine (`detfmt.gather`).
 """
 
 from __future__ import annotations
 
-import mmap
 import os
-import stat
 import threading
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from detfmt import _buffers, _codecs, _npy, errors, spec, validate
+from detfmt import _npy, errors, spec, validate
+from detfmt.gather import Gather, batch_buffer, single_part
+from detfmt.members import DirectorySource, Member, MemberSource
+from detfmt.order import DEFAULT_SHARD_WINDOW, OrderSpec, default_quasi_block
+from detfmt.protocol import EpochIteration
+from detfmt.records import DatasetSchema, NumpyBatch, Sample, sample_index
 from detfmt.schema import Header
 
-__all__ = ["Dataset", "NumpyBatch", "Sample", "open_dataset"]
+__all__ = ["Dataset"]
 
 
-@dataclass(frozen=True)
-class Sample:
-    """One sample: the image as stored (H, W, 3), its boxes (K, 4) and classes (K,).
+def _codec_of(header: Header) -> str:
+    used = [name for name, count in header.image.codecs.items() if count]
+    return used[0] if len(used) == 1 else "mixed"
 
-    For raw samples ``image`` is a read-only view of the mapped file (copy it to modify).
-    ``fields`` holds the optional per-box fields (trimmed to K) and per-image fields.
+
+class Dataset(EpochIteration):
+    """An opened 1.0 dataset: a directory, or a packed shard file. Use :func:`detfmt.open`.
+
+    Thread-safe for reading. Pickling sends only the location and the members' identity; the
+    receiver re-opens the dataset and raises `DatasetChangedError` if it was replaced in between.
     """
 
-    index: int
-    image: np.ndarray
-    boxes: np.ndarray
-    classes: np.ndarray
-    fields: dict[str, Any] = field(default_factory=dict)
-
-    def __getattr__(self, name: str) -> Any:  # sample.iscrowd, sample.file_name, ...
-        fields = object.__getattribute__(self, "fields")
-        if name in fields:
-            return fields[name]
-        raise AttributeError(name)
-
-
-@dataclass
-class NumpyBatch:
-    """A gathered batch: images padded to the batch's largest size, labels to its largest count."""
-
-    images: np.ndarray  # (B, Hmax, Wmax, 3) uint8
-    sizes: np.ndarray  # (B, 2) int32 (height, width) of each image's valid region
-    boxes: np.ndarray  # (B, M', 4) float32
-    classes: np.ndarray  # (B, M') int32, -1 in padding
-    mask: np.ndarray  # (B, M') bool
-    indices: np.ndarray  # (B,) int64
-    fields: dict[str, np.ndarray] = field(default_factory=dict)  # per-box (B, M') fields
-
-
-class SampleIndexError(errors.UsageError, IndexError):
-    """A sample index outside 0..N-1 (an IndexError, so ``for sample in ds`` stops cleanly)."""
-
-    default_rule = "INDEX_RANGE"
-
-
-def normalize_index(index: Any, n: int, path: os.PathLike[str] | str) -> int:
-    """A sample index as a Python int in 0..n-1 (negative counts from the end)."""
-    try:
-        i = int(index)
-    except (TypeError, ValueError) as error:
-        raise errors.UsageError(f"sample index must be an int, got {index!r}") from error
-    if i < 0:
-        i += n
-    if not 0 <= i < n:
-        raise SampleIndexError(f"sample index {index} out of range for {n} samples", path=path)
-    return i
-
-
-_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
-
-
-class _Member:
-    """One opened member file: its stat identity and its read-only mapping."""
-
-    def __init__(self, directory_fd: int, root: Path, name: str) -> None:
-        self.name = name
-        self.path = str(root / name)
-        try:
-            fd = os.open(name, _OPEN_FLAGS, dir_fd=directory_fd)
-        except FileNotFoundError as error:
-            raise errors.LayoutError(f"missing member file {name}", rule="FILE_MISSING",
-                                     path=self.path) from error
-        except OSError as error:
-            raise errors.UnsafePathError(
-                f"cannot open {name} as a plain file ({error.strerror}); members must be regular "
-                "files, not symlinks", path=self.path) from error
-        try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                raise errors.UnsafePathError(f"{name} is not a regular file", path=self.path)
-            self.identity = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
-            self.size = info.st_size
-            self.map: mmap.mmap | None = None
-            if self.size:
-                self.map = mmap.mmap(fd, self.size, access=mmap.ACCESS_READ)
-        finally:
-            os.close(fd)
-
-    def read_prefix(self, limit: int) -> bytes:
-        return bytes(self.map[: min(limit, self.size)]) if self.map is not None else b""
-
-    def array(self, dtype: np.dtype, count: int, offset: int) -> np.ndarray:
-        if count == 0 or self.map is None:
-            return np.zeros(0, dtype)
-        array = np.frombuffer(self.map, dtype=dtype, count=count, offset=offset)
-        return array
-
-
-def _read_header(directory_fd: int, root: Path, max_header_bytes: int) -> tuple[bytes, tuple]:
-    path = str(root / spec.HEADER_FILE)
-    try:
-        fd = os.open(spec.HEADER_FILE, _OPEN_FLAGS, dir_fd=directory_fd)
-    except FileNotFoundError as error:
-        raise errors.DatasetNotFoundError(
-            f"no {spec.HEADER_FILE}: not a detfmt dataset (or not finished writing)",
-            path=path) from error
-    except OSError as error:
-        raise errors.UnsafePathError(f"cannot open header ({error.strerror})", path=path) from error
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise errors.UnsafePathError("header.json is not a regular file", path=path)
-        if info.st_size > max_header_bytes:
-            raise errors.HeaderError(f"header is {info.st_size} bytes; the limit is "
-                                     f"{max_header_bytes}", rule="HEADER_TOO_LARGE", path=path)
-        data = os.read(fd, info.st_size + 1)
-        if len(data) != info.st_size:
-            raise errors.DatasetChangedError("header.json changed size while being read",
-                                             path=path)
-        return data, (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
-    finally:
-        os.close(fd)
-
-
-_POOL: ThreadPoolExecutor | None = None
-_POOL_LOCK = threading.Lock()
-_PARALLEL_BYTES = 4 << 20  # below this a batch is copied in the calling thread
-
-
-def _pool() -> ThreadPoolExecutor:
-    """One shared pool of copy threads for every dataset in the process."""
-    global _POOL
-    with _POOL_LOCK:
-        if _POOL is None:
-            _POOL = ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1),
-                                       thread_name_prefix="detfmt-batch")
-        return _POOL
-
-
-def _thread_count(requested: int | None, nbytes: int, samples: int) -> int:
-    if requested is not None:
-        if not isinstance(requested, int) or requested < 1:
-            raise errors.UsageError(f"num_threads must be a positive int, got {requested!r}")
-        return min(requested, max(1, samples), min(8, os.cpu_count() or 1))
-    if nbytes < _PARALLEL_BYTES:
-        return 1
-    return min(max(1, samples), min(8, os.cpu_count() or 1))
-
-
-class Dataset(Sequence):
-    """An opened detfmt dataset. Use :func:`detfmt.open`.
-
-    Thread-safe for reading. Pickling sends only the path and the files' identity; the receiver
-    re-opens the dataset and raises `DatasetChangedError` if it was replaced in between.
-    """
-
-    def __init__(self, path: str | os.PathLike[str], *,
+    def __init__(self, path_or_source: str | os.PathLike[str] | MemberSource, *,
                  max_header_bytes: int = spec.MAX_HEADER_BYTES) -> None:
-        root = Path(path)
-        self.path = root
+        source = (path_or_source if isinstance(path_or_source, MemberSource)
+                  else DirectorySource(path_or_source))
+        self.source = source
         self._max_header_bytes = max_header_bytes
         try:
-            directory_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
-        except FileNotFoundError as error:
-            raise errors.DatasetNotFoundError("no such dataset directory", path=root) from error
-        except NotADirectoryError as error:
-            raise errors.NotDetfmtError("a detfmt dataset is a directory", path=root) from error
-        try:
-            self._open(directory_fd, root)
-        finally:
-            os.close(directory_fd)
+            self._open(source)
+        except BaseException:
+            source.close()
+            raise
 
     # ------------------------------------------------------------------ opening
 
-    def _open(self, directory_fd: int, root: Path) -> None:
-        header_path = str(root / spec.HEADER_FILE)
-        data, header_identity = self._read_header_bytes(directory_fd, root)
-        header = validate.parse_header(data, header_path)
+    def _open(self, source: MemberSource) -> None:
+        header_path = self.member_path(spec.HEADER_FILE)
+        header = validate.parse_header(source.read_header(self._max_header_bytes), header_path)
         self.header: Header = header
-        self._identities = {spec.HEADER_FILE: header_identity}
-        members: dict[str, _Member] = {}
+        members: dict[str, Member] = {}
         for name in validate.expected_files(header):
-            member = self._open_member(directory_fd, root, name)
+            member = source.member(name)
             members[name] = member
-            self._identities[name] = member.identity
             declared = header.files[name].size
             if member.size != declared:
                 rule = "BLOB_SIZE" if name == spec.BLOB_FILE else "FILE_SIZE"
                 raise errors.LayoutError(f"{name} has {member.size} bytes, header says {declared}",
                                          rule=rule, path=member.path)
-        self._members = members
+        source.check_names(members)
+        self.members = members
         arrays = {name: self._map_npy(members[name], dtype, shape)
                   for name, (dtype, shape) in validate.expected_arrays(header).items()}
         self.index: np.ndarray = arrays[spec.INDEX_FILE]
-        blob = members[spec.BLOB_FILE]
         self.counts: np.ndarray = arrays[spec.COUNTS_FILE]
+        blob = members[spec.BLOB_FILE]
         for violation in validate.check_index_tail(self.index, header, blob.size, blob.path):
             raise violation.to_error()
-        # The index and counts are validated in chunks on first use (the first one now), so
-        # opening a dataset of millions of samples stays O(1); no record is used unchecked.
-        chunks = -(-len(self.index) // validate.INDEX_CHUNK)
-        self._chunk_ok = np.zeros(chunks, dtype=bool)
-        self._validate_chunk(0)
         self.boxes: np.ndarray = arrays[spec.BOXES_FILE]
         self.classes: np.ndarray = arrays[spec.CLASSES_FILE]
         self.box_fields: dict[str, np.ndarray] = {
@@ -231,7 +85,7 @@ class Dataset(Sequence):
         self.image_fields: dict[str, np.ndarray] = {
             name: arrays[f"{name}.npy"] for name in header.image_fields
             if name not in spec.STRING_FIELDS}
-        self._strings: dict[str, tuple[np.ndarray, _Member]] = {}
+        self._strings: dict[str, tuple[np.ndarray, Member]] = {}
         for name in header.image_fields:
             if name in spec.STRING_FIELDS:
                 offsets = arrays[f"{name}.offsets.npy"]
@@ -241,52 +95,37 @@ class Dataset(Sequence):
                         f"string offsets must run from 0 to {text.size}", rule="OFFSETS_BOUNDS",
                         path=members[f"{name}.offsets.npy"].path)
                 self._strings[name] = (offsets, text)
-        self._blob = blob.array(np.dtype(np.uint8), blob.size, 0)
-        self._offsets = self.index["offset"]
-        self._nbytes = self.index["nbytes"]
-        self._heights = self.index["height"]
-        self._widths = self.index["width"]
-        self._codecs = self.index["codec"]
-        self._num_classes = header.num_classes
+        self.blob_member = blob
+        #: images.bin as a flat, read-only uint8 array: a zero-copy view of the reader's own
+        #: mapping (the bytes its index checks covered). Sample i is
+        #: ``blob[offsets[i] : offsets[i] + nbytes[i]]``; raw payloads are the (H, W, 3) pixels.
+        self.blob: np.ndarray = blob.array(np.dtype(np.uint8), blob.size, 0)
+        self.offsets = self.index["offset"]
+        self.nbytes = self.index["nbytes"]
+        self.heights = self.index["height"]
+        self.widths = self.index["width"]
+        self.codecs = self.index["codec"]
+        self.max_boxes = header.max_boxes
+        self.fixed_images = self._fixed_images()
+        # Records, counts and labels are checked a chunk at a time on first use (R-44).
+        self.chunk = validate.INDEX_CHUNK
+        chunks = -(-len(self.index) // self.chunk)
+        self._index_ok = np.zeros(chunks, dtype=bool)
+        self._labels_ok = np.zeros(chunks, dtype=bool)
+        self._bad_rows: dict[int, np.ndarray] = {}  # chunk -> local rows whose labels break a rule
+        self._check_lock = threading.Lock()
         self._sizes: np.ndarray | None = None
+        self._pread_fd = -1
+        self._ensure_index_chunk(0)
+        self.schema = DatasetSchema(
+            classes=list(header.classes), box_fields=list(header.box_fields),
+            image_fields=list(header.image_fields),
+            fixed_shape=tuple(header.image.fixed_shape) if header.image.fixed_shape else None,
+            max_side=header.image.max_side, codec=_codec_of(header))
+        self.engine = Gather(single_part(self), self.location)
 
-    # Hooks for other containers of the same member files: a 1.1 packed shard
-    # (detfmt.shard.packed) serves header.json and the members from slices of one mapping.
-
-    def _read_header_bytes(self, directory_fd: int, root: Path) -> tuple[bytes, tuple]:
-        return _read_header(directory_fd, root, self._max_header_bytes)
-
-    def _open_member(self, directory_fd: int, root: Path, name: str) -> _Member:
-        return _Member(directory_fd, root, name)
-
-    def _validate_chunk(self, chunk: int) -> None:
-        if chunk >= len(self._chunk_ok) or self._chunk_ok[chunk]:
-            return
-        start = chunk * validate.INDEX_CHUNK
-        stop = start + validate.INDEX_CHUNK
-        blob = self._members[spec.BLOB_FILE]
-        for violation in validate.check_index(self.index, self.header, blob.size, blob.path,
-                                              start, stop):
-            raise violation.to_error()
-        for violation in validate.check_counts(self.counts[start:stop], self.header.max_boxes,
-                                               self._members[spec.COUNTS_FILE].path, start):
-            raise violation.to_error()
-        self._chunk_ok[chunk] = True  # idempotent, so a race between threads is harmless
-
-    def _ensure_valid(self, indices: np.ndarray) -> None:
-        if len(self._chunk_ok) <= 1:
-            return
-        chunks = np.unique(indices // validate.INDEX_CHUNK)
-        for chunk in chunks[~self._chunk_ok[chunks]]:
-            self._validate_chunk(int(chunk))
-
-    def validate_index(self) -> None:
-        """Validate every index record and count now (``open`` does it lazily, chunk by chunk)."""
-        for chunk in range(len(self._chunk_ok)):
-            self._validate_chunk(chunk)
-
-    def _map_npy(self, member: _Member, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
-        header = _npy.parse_header(member.read_prefix(spec.MAX_NPY_HEADER_BYTES), member.size,
+    def _map_npy(self, member: Member, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
+        header = _npy.parse_header(member.prefix(spec.MAX_NPY_HEADER_BYTES), member.size,
                                    member.path)
         wanted = spec.INDEX_DTYPE if dtype == "index" else np.dtype(dtype)
         wanted_descr = np.lib.format.dtype_to_descr(wanted)
@@ -303,115 +142,231 @@ class Dataset(Sequence):
             count *= dim
         return member.array(wanted, count, header.data_offset).reshape(shape)
 
+    def _fixed_images(self) -> np.ndarray | None:
+        shape = self.header.image.fixed_shape
+        if shape is None or not len(self.index):
+            return None
+        h, w, c = shape
+        stride = spec.align_up(h * w * c)
+        return np.lib.stride_tricks.as_strided(
+            self.blob, shape=(len(self.index), h, w, c), strides=(stride, w * c, c, 1),
+            writeable=False)
+
+    # ------------------------------------------------------------------ lazy checks (R-44)
+
+    def _ensure_index_chunk(self, chunk: int) -> None:
+        if chunk >= len(self._index_ok) or self._index_ok[chunk]:
+            return
+        start = chunk * self.chunk
+        stop = start + self.chunk
+        blob = self.blob_member
+        for violation in validate.check_index(self.index, self.header, blob.size, blob.path,
+                                              start, stop):
+            raise violation.to_error()
+        for violation in validate.check_counts(self.counts[start:stop], self.max_boxes,
+                                               self.members[spec.COUNTS_FILE].path, start):
+            raise violation.to_error()
+        self._index_ok[chunk] = True  # idempotent, so a race between threads is harmless
+
+    def _ensure_label_chunk(self, chunk: int) -> None:
+        self._ensure_index_chunk(chunk)
+        with self._check_lock:
+            if self._labels_ok[chunk]:
+                return
+            start = chunk * self.chunk
+            rows = np.arange(start, min(len(self), start + self.chunk))
+            stop = start + len(rows)
+            bad = validate.label_rows_broken(
+                boxes=self.boxes[start:stop], classes=self.classes[start:stop],
+                counts=self.counts[start:stop], heights=self.heights[start:stop],
+                widths=self.widths[start:stop], num_classes=self.header.num_classes,
+                box_fields=[v[start:stop] for v in self.box_fields.values()])
+            if bad.any():
+                self._bad_rows[chunk] = rows[bad]
+            self._labels_ok[chunk] = True
+
+    def ensure_checked(self, rows: np.ndarray, labels: bool = True) -> None:
+        """Check the index records, counts and (``labels``) labels of ``rows`` (local indices in
+        0..N-1) before use: each chunk once, then a bitmap lookup. A broken label raises the
+        typed error of its rule naming the first broken sample among ``rows``."""
+        if not len(rows):
+            return
+        if len(self._index_ok) == 1:
+            chunks = np.zeros(1, np.int64)
+        else:
+            chunks = np.unique(rows // self.chunk)
+        todo = chunks[~(self._labels_ok if labels else self._index_ok)[chunks]]
+        for chunk in todo.tolist():
+            if labels:
+                self._ensure_label_chunk(chunk)
+            else:
+                self._ensure_index_chunk(chunk)
+        if labels and self._bad_rows:
+            self._blame(rows)
+
+    def _blame(self, rows: np.ndarray) -> None:
+        bad = np.concatenate(list(self._bad_rows.values()))
+        hit = np.intersect1d(rows, bad)
+        if hit.size:
+            for violation in self._label_violations(hit[:1]):
+                raise violation.to_error()
+
+    def validate_index(self) -> None:
+        """Check every index record and count now (reading does it lazily, chunk by chunk)."""
+        for chunk in range(len(self._index_ok)):
+            self._ensure_index_chunk(chunk)
+
+    def _label_violations(self, rows: np.ndarray) -> Iterator[validate.Violation]:
+        paths = (self.members[spec.BOXES_FILE].path, self.members[spec.CLASSES_FILE].path)
+        return validate.check_labels(
+            boxes=self.boxes[rows], classes=self.classes[rows], counts=self.counts[rows],
+            heights=self.heights[rows], widths=self.widths[rows],
+            num_classes=self.header.num_classes, indices=rows, paths=paths,
+            box_fields={name: (self.members[spec.box_field_file(name)].path, values[rows])
+                        for name, values in self.box_fields.items()})
+
+    def iter_label_violations(self, block: int = 4096) -> Iterator[validate.Violation]:
+        """Check the labels of every sample, ``block`` samples at a time (bounded memory)."""
+        n = len(self)
+        for start in range(0, n, block):
+            yield from self._label_violations(np.arange(start, min(n, start + block)))
+
     # ------------------------------------------------------------------ access
 
     def __len__(self) -> int:
         return self.header.num_samples
 
     @property
+    def location(self) -> str:
+        return self.source.location
+
+    @property
+    def path(self) -> Path:
+        """The dataset directory or shard file."""
+        return Path(self.source.location)
+
+    def member_path(self, name: str) -> str:
+        """Where member ``name`` lives, for messages (``<shard>#<name>`` inside a shard)."""
+        if isinstance(self.source, DirectorySource):
+            return str(self.path / name)
+        return f"{self.location}#{name}"
+
+    @property
+    def format_version(self) -> str:
+        return self.header.version
+
+    def codec_counts(self) -> dict[str, int]:
+        return {name: int(count) for name, count in self.header.image.codecs.items() if count}
+
+    def disk_usage(self) -> dict[str, int]:
+        files = {name: member.size for name, member in self.members.items()}
+        files[spec.HEADER_FILE] = len(self.source.read_header(self._max_header_bytes))
+        return files
+
+    @property
     def class_names(self) -> list[str]:
         return self.header.class_names
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        return dict(self.header.metadata)
 
     @property
     def sizes(self) -> np.ndarray:
         """(N, 2) int32 stored (height, width) of every image."""
         if self._sizes is None:
             self.validate_index()
-            self._sizes = np.stack([self._heights, self._widths], axis=1).astype(np.int32)
+            self._sizes = np.stack([self.heights, self.widths], axis=1).astype(np.int32)
         return self._sizes
 
     @property
-    def fixed_images(self) -> np.ndarray | None:
-        """The whole blob as a read-only (N, H, W, 3) array when the header fixes the shape."""
-        shape = self.header.image.fixed_shape
-        if shape is None or not len(self):
-            return None
-        h, w, c = shape
-        stride = spec.align_up(h * w * c)
-        return np.lib.stride_tricks.as_strided(
-            self._blob, shape=(len(self), h, w, c), strides=(stride, w * c, c, 1), writeable=False)
+    def blob_path(self) -> str:
+        return self.blob_member.path
 
-    def _check_index(self, index: int) -> int:
-        i = normalize_index(index, len(self), self.path)
-        chunk = i // validate.INDEX_CHUNK
-        if not self._chunk_ok[chunk]:
-            self._validate_chunk(chunk)
+    def _row(self, index: Any) -> int:
+        i = sample_index(index, len(self), self.location)
+        self.ensure_checked(np.array([i]), labels=False)
         return i
 
     def image_shape(self, index: int) -> tuple[int, int, int]:
-        i = self._check_index(index)
-        return int(self._heights[i]), int(self._widths[i]), spec.CHANNELS
-
-    def payload(self, index: int) -> memoryview:
-        """The stored bytes of one sample (a zero-copy view)."""
-        i = self._check_index(index)
-        start = int(self._offsets[i])
-        return memoryview(self._blob[start : start + int(self._nbytes[i])])
+        i = self._row(index)
+        return int(self.heights[i]), int(self.widths[i]), spec.CHANNELS
 
     def codec(self, index: int) -> str:
-        return spec.CODEC_NAMES[int(self._codecs[self._check_index(index)])]
+        """The codec name of one sample's stored payload."""
+        return spec.CODEC_NAMES[int(self.codecs[self._row(index)])]
+
+    def payload(self, index: int) -> memoryview:
+        """The stored bytes of one sample, as written (a zero-copy read-only view): what a copy
+        that keeps payloads byte for byte (no re-encode) needs, with `codec`."""
+        i = self._row(index)
+        start = int(self.offsets[i])
+        return memoryview(self.blob[start : start + int(self.nbytes[i])])
 
     def decode_into(self, index: int, out: np.ndarray) -> None:
         """Decode sample ``index`` into ``out``, an (H, W, 3) uint8 array or view."""
-        i = self._check_index(index)
-        h, w = int(self._heights[i]), int(self._widths[i])
+        i = self._row(index)
+        h, w = int(self.heights[i]), int(self.widths[i])
         if out.shape != (h, w, 3) or out.dtype != np.uint8:
             raise errors.UsageError(f"out must be uint8 {(h, w, 3)}, got {out.dtype} {out.shape}")
-        start = int(self._offsets[i])
-        payload = self._blob[start : start + int(self._nbytes[i])]
-        _codecs.decode_into(payload, int(self._codecs[i]), out, path=self.blob_path, index=i)
+        self.read_into(i, out)
 
-    def decode_payload_into(self, index: int, payload: Any, out: np.ndarray) -> None:
-        """Decode ``payload``, the stored bytes of sample ``index`` that the caller read itself
-        (for example with ``os.preadv`` at ``index["offset"]``), into ``out`` (H, W, 3) uint8.
+    def read_into(self, i: int, out: np.ndarray) -> None:
+        """Decode checked row ``i`` into ``out`` (h, w, 3), possibly a strided view."""
+        from detfmt import _codecs  # the codec libraries load on first decode
 
-        The codec comes from the index; the checks and the typed `DecodeError` naming the sample
-        are those of `decode_into`. ``out`` may be a strided view (a slot of a padded batch).
-        """
-        i = self._check_index(index)
-        _codecs.decode_into(payload, int(self._codecs[i]), out, path=self.blob_path, index=i)
-
-    @property
-    def blob(self) -> np.ndarray:
-        """images.bin as a flat, read-only uint8 array: a zero-copy view of the reader's own
-        mapping (the bytes its index checks covered). Sample i is
-        ``blob[index["offset"][i] : index["offset"][i] + index["nbytes"][i]]``; raw payloads are
-        the (H, W, 3) pixels. Loaders copy from it directly; it stays valid while referenced,
-        even after `close`."""
-        view = self._blob.view()
-        view.flags.writeable = False
-        return view
-
-    @property
-    def blob_path(self) -> str:
-        """Where images.bin lives, for messages (``<shard>#images.bin`` inside a packed shard)."""
-        return self._members[spec.BLOB_FILE].path
+        codec = int(self.codecs[i])
+        start = int(self.offsets[i])
+        if codec == spec.CODEC_RAW:
+            h, w = out.shape[0], out.shape[1]
+            np.copyto(out, self.blob[start : start + h * w * 3].reshape(h, w, 3))
+            return
+        payload = self.blob[start : start + int(self.nbytes[i])]
+        _codecs.decode_into(payload, codec, out, path=self.blob_path, index=i)
 
     def read_image(self, index: int) -> np.ndarray:
         """The image of one sample: a read-only zero-copy view for raw, a new array otherwise."""
-        i = self._check_index(index)
-        h, w = int(self._heights[i]), int(self._widths[i])
-        if int(self._codecs[i]) == spec.CODEC_RAW:
-            start = int(self._offsets[i])
-            return self._blob[start : start + h * w * 3].reshape(h, w, 3)
+        i = self._row(index)
+        h, w = int(self.heights[i]), int(self.widths[i])
+        if int(self.codecs[i]) == spec.CODEC_RAW:
+            start = int(self.offsets[i])
+            return self.blob[start : start + h * w * 3].reshape(h, w, 3)
         out = np.empty((h, w, 3), np.uint8)
-        self.decode_into(i, out)
+        self.read_into(i, out)
         return out
 
+    def image_field(self, name: str) -> np.ndarray:
+        """Per-image field ``name`` of every sample (a read-only mapped view)."""
+        if name not in self.image_fields:
+            raise errors.UsageError(f"the dataset has no per-image field {name!r} (it has "
+                                    f"{sorted(self.header.image_fields)})", path=self.location)
+        return self.image_fields[name]
+
+    def string_offsets(self, name: str) -> np.ndarray:
+        """The (N + 1,) byte offsets of string field ``name`` (checked per string when read)."""
+        if name not in self._strings:
+            raise errors.UsageError(f"the dataset has no string field {name!r}",
+                                    path=self.location)
+        return self._strings[name][0]
+
     def string_field(self, name: str, index: int) -> str:
+        if name not in self._strings:
+            raise errors.UsageError(f"the dataset has no string field {name!r}",
+                                    path=self.location)
         offsets, member = self._strings[name]
-        i = self._check_index(index)
+        i = sample_index(index, len(self), self.location)
         start, end = int(offsets[i]), int(offsets[i + 1])
+        where = self.member_path(f"{name}.offsets.npy")
         if not start <= end <= member.size:
             raise errors.LayoutError(f"{name} offsets [{start}, {end}) are decreasing or past the "
                                      f"{member.size}-byte file", rule="OFFSETS_NON_MONOTONIC",
-                                     path=str(self.path / f"{name}.offsets.npy"), index=i)
+                                     path=where, index=i)
         if end - start > spec.MAX_STRING_BYTES:
             raise errors.LayoutError(f"{name} is {end - start} bytes, over the "
                                      f"{spec.MAX_STRING_BYTES}-byte limit", rule="LIMIT_EXCEEDED",
-                                     path=str(self.path / f"{name}.offsets.npy"), index=i)
+                                     path=where, index=i)
         try:
-            return member.map[start:end].decode("utf-8") if member.map is not None else ""
+            return member.slice(start, end).decode("utf-8")
         except UnicodeDecodeError as error:
             raise errors.LabelError(f"{name} is not valid UTF-8", rule="IMAGE_FIELD",
                                     path=member.path, index=i) from error
@@ -419,175 +374,96 @@ class Dataset(Sequence):
     def __getitem__(self, index: int) -> Sample:  # type: ignore[override]
         if isinstance(index, slice):
             raise errors.UsageError("use ds.batch(indices) to read several samples")
-        i = self._check_index(index)
+        i = sample_index(index, len(self), self.location)
+        self.ensure_checked(np.array([i]))
         count = int(self.counts[i])
-        boxes = np.array(self.boxes[i, :count])
-        classes = np.array(self.classes[i, :count])
         fields_ = {name: np.array(values[i, :count]) for name, values in self.box_fields.items()}
-        self.check_labels(np.array([i]), boxes[None], classes[None], np.array([count]),
-                                 {name: value[None] for name, value in fields_.items()})
         for name, values in self.image_fields.items():
             fields_[name] = np.array(values[i])
         for name in self._strings:
             fields_[name] = self.string_field(name, i)
-        return Sample(index=i, image=self.read_image(i), boxes=boxes, classes=classes,
-                      fields=fields_)
-
-    def check_labels(self, indices: np.ndarray, boxes: np.ndarray, classes: np.ndarray,
-                     counts: np.ndarray, box_fields: dict[str, np.ndarray] | None = None) -> None:
-        """Check the labels of samples ``indices`` as read into a batch; raise the first
-        violation as the reader's typed error (`LabelError`: box invalid or outside the image,
-        class out of range, padding not exact), naming this dataset's file and the sample.
-
-        ``boxes`` (B, M', 4), ``classes`` (B, M') and each ``box_fields`` value (B, M') hold
-        the rows of those samples trimmed or padded to any M' >= the largest of ``counts`` (B,).
-        `batch` and ``ds[i]`` run this check themselves; loaders that gather labels on their own
-        call it once per batch.
-        """
-        indices = np.asarray(indices, dtype=np.int64)
-        for violation in self._label_violations(indices, boxes, classes, counts,
-                                                box_fields or {}):
-            raise violation.to_error()
-
-    def _label_violations(self, indices, boxes, classes, counts, box_fields):
-        paths = (self._members[spec.BOXES_FILE].path, self._members[spec.CLASSES_FILE].path)
-        return validate.check_labels(
-            boxes=boxes, classes=classes, counts=counts, heights=self._heights[indices],
-            widths=self._widths[indices], num_classes=self._num_classes, indices=indices,
-            paths=paths,
-            box_fields={name: (self._members[spec.box_field_file(name)].path, value)
-                        for name, value in box_fields.items()},
-        )
-
-    def iter_label_violations(self, block: int = 4096) -> Iterator[validate.Violation]:
-        """Check the labels of every sample, ``block`` samples at a time (bounded memory)."""
-        n = len(self)
-        for start in range(0, n, block):
-            rows = np.arange(start, min(n, start + block))
-            yield from self._label_violations(
-                rows, self.boxes[rows], self.classes[rows], self.counts[rows],
-                {name: values[rows] for name, values in self.box_fields.items()})
+        return Sample(index=i, image=self.read_image(i), boxes=np.array(self.boxes[i, :count]),
+                      classes=np.array(self.classes[i, :count]), fields=fields_)
 
     def batch(self, indices: Sequence[int] | np.ndarray, out: np.ndarray | None = None,
-              pad_value: int | None = 0, num_threads: int | None = None) -> NumpyBatch:
-        """Gather samples into one padded batch.
-
-        Labels are checked before any pixel is copied; images are copied (or decoded) one
-        contiguous sample at a time, split over threads when the batch is large (numpy copies and
-        the decoders release the GIL).
+              pad_value: int | None = 0, num_threads: int | None = None, *,
+              canvas: tuple[int, int] | None = None, max_boxes: int | None = None
+              ) -> NumpyBatch:
+        """Gather samples into one padded batch (see `detfmt.gather.Gather.batch`).
 
         Args:
-            indices: sample indices (any order, repeats allowed).
-            out: optional reusable uint8 buffer: a flat array of at least B*Hmax*Wmax*3 bytes, or
-                an array of exactly (B, Hmax, Wmax, 3). Images are written into it, no allocation.
+            indices: sample indices (any order, repeats allowed; integers only).
+            out: optional reusable uint8 buffer (`batch_buffer`): flat with at least
+                B*H*W*3 bytes, or exactly (B, H, W, 3). Images are written into it.
             pad_value: value of the pixels outside each image's valid region; None leaves them
                 as they are (faster; ``sizes`` tells each image's valid region).
             num_threads: threads copying images; None picks up to the CPU count for batches of
                 at least 4 MiB, 1 copies in the calling thread.
+            canvas: (H, W): a fixed image shape for every batch (images at the top-left); an
+                image larger than the canvas is an error.
+            max_boxes: a fixed box-slot count; a sample with more boxes is an error.
         """
-        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
-        n = len(self)
-        if idx.size and (idx.min() < -n or idx.max() >= n):
-            raise SampleIndexError(f"batch index out of range for {n} samples", path=self.path)
-        idx = np.where(idx < 0, idx + n, idx)
-        self._ensure_valid(idx)
-        heights = self._heights[idx].astype(np.int64)
-        widths = self._widths[idx].astype(np.int64)
-        b = idx.size
-        counts = self.counts[idx].astype(np.int64)
-        m = int(counts.max()) if b else 0
-        boxes = self.boxes[idx, :m] if m else np.zeros((b, 0, 4), np.float32)
-        classes = self.classes[idx, :m] if m else np.zeros((b, 0), np.int32)
-        fields_ = {name: (values[idx, :m] if m else np.zeros((b, 0), values.dtype))
-                   for name, values in self.box_fields.items()}
-        self.check_labels(idx, boxes, classes, counts, fields_)
-        hmax = int(heights.max()) if b else 0
-        wmax = int(widths.max()) if b else 0
-        images = self._batch_buffer(out, b, hmax, wmax)
-        rows = list(zip(range(b), idx.tolist(), heights.tolist(), widths.tolist(),
-                        self._offsets[idx].tolist(), self._codecs[idx].tolist(), strict=True))
-        threads = _thread_count(num_threads, images.nbytes, b)
-        if threads > 1:
-            parts = [rows[k::threads] for k in range(threads)]
-            list(_pool().map(lambda part: self._fill(images, part, pad_value), parts))
-        else:
-            self._fill(images, rows, pad_value)
-        mask = np.arange(m) < counts[:, None]
-        sizes = np.stack([heights, widths], axis=1).astype(np.int32)
-        return NumpyBatch(images=images, sizes=sizes, boxes=np.ascontiguousarray(boxes),
-                          classes=np.ascontiguousarray(classes), mask=mask, indices=idx,
-                          fields=fields_)
+        return self.engine.batch(indices, out=out, pad_value=pad_value, num_threads=num_threads,
+                                 canvas=canvas, max_boxes=max_boxes)
 
-    def _fill(self, images: np.ndarray, rows: list[tuple[int, ...]], pad_value: int | None
-              ) -> None:
-        """Copy or decode validated samples into their batch slots and pad the rest."""
-        fixed = self.fixed_images
-        blob = self._blob
-        hmax, wmax = images.shape[1], images.shape[2]
-        for j, i, h, w, start, codec in rows:
-            if fixed is not None:  # one contiguous copy per sample, no decode dispatch
-                np.copyto(images[j], fixed[i])
-                continue
-            if codec == spec.CODEC_RAW:  # validated record: one strided copy, no dispatch
-                np.copyto(images[j, :h, :w], blob[start : start + h * w * 3].reshape(h, w, 3))
-            else:
-                self.decode_into(i, images[j, :h, :w])
-            if pad_value is None:
-                continue
-            if h < hmax:
-                images[j, h:] = pad_value
-            if w < wmax:
-                images[j, :h, w:] = pad_value
+    def labels(self, indices: Sequence[int] | np.ndarray) -> NumpyBatch:
+        """Boxes, classes, mask and per-box fields of samples, without pixels."""
+        return self.engine.labels_only(indices)
 
-    def batch_buffer(self, batch_size: int) -> np.ndarray:
+    def batch_buffer(self, batch_size: int, *, canvas: tuple[int, int] | None = None
+                     ) -> np.ndarray:
         """A reusable, page-aligned ``out=`` buffer for batches of up to ``batch_size`` samples.
 
         Prefer it to ``np.empty``: a large ``np.empty`` starts 16 bytes into a page, which makes
         copies from the 64-byte aligned payloads several times slower (4K aliasing).
         """
-        return _buffers.batch_buffer(self.sizes, batch_size)
+        sizes = np.array([canvas], np.int32) if canvas is not None else self.sizes
+        return batch_buffer(sizes, batch_size)
 
-    @staticmethod
-    def _batch_buffer(out: np.ndarray | None, b: int, h: int, w: int) -> np.ndarray:
-        shape = (b, h, w, 3)
-        if out is None:
-            return _buffers.aligned_empty(shape)  # np.empty's 16-byte offset copies 3x slower
-        if out.dtype != np.uint8:
-            raise errors.UsageError(f"out must be a uint8 buffer, got {out.dtype}")
-        if out.shape == shape:
-            return out
-        need = b * h * w * 3
-        if out.ndim != 1 or not out.flags.c_contiguous or out.size < need:
-            raise errors.UsageError(f"out must be a flat contiguous uint8 buffer of at least "
-                                    f"{need} bytes, or exactly {shape}; got {out.shape}")
-        return out[:need].reshape(shape)
+    def part_ranges(self) -> list[tuple[int, int]]:
+        return [(0, len(self))] if len(self) else []
+
+    def order_spec(self, order: str = "random", *, shard_window: int = DEFAULT_SHARD_WINDOW,
+                   quasi_block: int | None = None, quasi_window: int = 8) -> OrderSpec:
+        """The order of a 1.0 dataset: O-3 (``"random"``), O-4 (``"quasi_random"``: blocks of
+        ``quasi_block`` samples, default about 8 MiB of payload, shuffled in windows of
+        ``quasi_window`` blocks) or ``"sequential"``; ``shard_window`` does not apply."""
+        if quasi_block is None:
+            quasi_block = default_quasi_block(self.nbytes) if order == "quasi_random" else 32
+        return OrderSpec(len(self), order, None, shard_window, quasi_block, quasi_window)
+
+    # ------------------------------------------------------------------ pread
+
+    def pread_fd(self) -> int:
+        """A descriptor of the file holding images.bin, verified to be the one mapped at open,
+        shared by all threads (positional reads only); closed by `close`."""
+        with self._check_lock:
+            if self._pread_fd < 0:
+                self._pread_fd = self.blob_member.open_pread()
+            return self._pread_fd
 
     # ------------------------------------------------------------------ lifecycle
 
     def check(self) -> None:
-        """Raise `DatasetChangedError` if any file was replaced or truncated since opening.
+        """Raise `DatasetChangedError` if any member was replaced or truncated since opening.
 
         Committed files are never modified in place, so a changed identity means someone replaced
         the dataset (this mapping still reads the old, intact files) or damaged it.
         """
-        for name, identity in self._identities.items():
-            path = self.path / name
-            try:
-                info = os.stat(path, follow_symlinks=False)
-            except OSError as error:
-                raise errors.DatasetChangedError(f"{name} disappeared", path=path) from error
-            if (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns) != identity:
-                raise errors.DatasetChangedError(f"{name} was replaced or modified since open",
-                                                 path=path)
+        self.source.check_unchanged()
 
     @property
     def generation(self) -> tuple:
-        """The identity of every member file, as captured at open."""
-        return tuple(sorted(self._identities.items()))
+        """The identity of every member, as captured at open."""
+        return self.source.generation
 
     def close(self) -> None:
         """Drop the mappings (arrays already handed out keep them alive)."""
-        self._members = {}
+        self.members = {}
+        if self._pread_fd >= 0:
+            os.close(self._pread_fd)
+            self._pread_fd = -1
+        self.source.close()
 
     def __enter__(self) -> Dataset:
         return self
@@ -595,40 +471,22 @@ class Dataset(Sequence):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def __del__(self) -> None:
+        if getattr(self, "_pread_fd", -1) >= 0:
+            os.close(self._pread_fd)
+
     def __reduce__(self):
-        return (_reopen, (str(self.path), self._max_header_bytes, self.generation))
+        return (_reopen, (self.source.reopen_spec(), self._max_header_bytes, self.generation))
 
     def __repr__(self) -> str:
-        return (f"detfmt.Dataset({str(self.path)!r}, samples={len(self)}, "
+        return (f"detfmt.Dataset({self.location!r}, samples={len(self)}, "
                 f"classes={self.header.num_classes}, max_boxes={self.header.max_boxes})")
 
 
-def _reopen(path: str, max_header_bytes: int, generation: tuple) -> Dataset:
-    dataset = Dataset(path, max_header_bytes=max_header_bytes)
+def _reopen(source: tuple[Any, tuple], max_header_bytes: int, generation: tuple) -> Dataset:
+    opener, args = source
+    dataset = Dataset(opener(*args), max_header_bytes=max_header_bytes)
     if dataset.generation != generation:
         raise errors.DatasetChangedError("the dataset was replaced since it was pickled",
-                                         path=path)
+                                         path=dataset.location)
     return dataset
-
-
-def open_dataset(path: str | os.PathLike[str], *, max_header_bytes: int = spec.MAX_HEADER_BYTES,
-                 **sharded_options: Any) -> Dataset:
-    """Open a detfmt dataset for reading (cheap structural checks; see ``verify`` for all).
-
-    A 1.1 sharded root (a URL, or a directory with manifest.json) opens as a
-    ``detfmt.shard.ShardedDataset`` with the same ``ds[i]`` / ``ds.batch`` API; ``sharded_options``
-    (storage_options, cache_dir, cache_limit, max_open) apply to it only. A directory holding
-    both manifest.json and header.json is refused (``ROOT_LAYOUT``, SPEC.md S-1).
-    """
-    text = os.fspath(path)
-    if "://" in text or os.path.isfile(os.path.join(text, "manifest.json")):
-        from detfmt.shard.manifest import check_root_layout
-        from detfmt.shard.sharded import open_sharded
-
-        if "://" not in text:
-            check_root_layout(text)  # S-1, before anything else is read
-
-        return open_sharded(path, **sharded_options)  # type: ignore[return-value]
-    if sharded_options:
-        raise errors.UsageError(f"options {sorted(sharded_options)} apply to sharded datasets only")
-    return Dataset(path, max_header_bytes=max_header_bytes)

@@ -66,9 +66,9 @@ def render_grid(
 ) -> Path:
     """Draw ``indices`` (default: 16 spread over the dataset) of a dataset (path or opened)
     into a PNG grid at ``out``, each captioned with its index, file name and box count."""
-    import detfmt
+    from detfmt.api import open_dataset
 
-    ds = detfmt.open(dataset) if isinstance(dataset, (str, os.PathLike)) else dataset
+    ds = open_dataset(dataset) if isinstance(dataset, (str, os.PathLike)) else dataset
     try:
         n = len(ds)
         chosen = list(indices) if indices else default_indices(n)
@@ -78,7 +78,7 @@ def render_grid(
             if not -n <= i < n:
                 raise UsageError(f"index {i} is out of range for {n} samples")
         columns = columns or math.ceil(math.sqrt(len(chosen)))
-        names = [c.name for c in ds.header.classes]
+        names = ds.class_names
         tiles = []
         for i in chosen:
             sample = ds[i]

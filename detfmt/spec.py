@@ -1,4 +1,4 @@
-"""Constants of format 1.0, mirrored from SPEC.md (a test checks they agree).
+"""Constants of the format, mirrored from SPEC.md (a test checks they agree).
 
 Everything a reader or writer must agree on byte for byte lives here: file names, dtypes,
 codec ids, alignment and limits. Nothing in this module does I/O.
@@ -35,6 +35,22 @@ MAX_SIDE = 16384  # stored height and width
 MAX_CLASS_NAME_CHARS = 256  # characters (code points), as JSON Schema maxLength counts
 MAX_METADATA_ITEMS = 1024
 MAX_METADATA_BYTES = 64 * 1024
+
+# Sharded roots (SPEC §19).
+FORMAT_VERSION_SHARDED = "1.1"
+SHARDED_FEATURE = "sharded"
+MANIFEST_FILE = "manifest.json"
+SHARDS_DIR = "shards"
+MAX_MANIFEST_BYTES = 64 << 20
+MAX_GLOBAL_SAMPLES = (1 << 63) - 1  # global sample indices are int64
+# Packed shard files (SPEC §19.4).
+PACK_MAGIC = b"DETFMTPK"
+PACK_VERSION = 1
+PACK_PREFIX = 16  # magic, <u4 pack version, <u4 table-of-contents length
+MAX_TOC_BYTES = 1 << 20
+
+# Epoch order (SPEC §18): sort keys keep >= 16 random bits above the index bits.
+MAX_ORDER_SAMPLES = 1 << 48
 
 CHANNELS = 3
 CLASS_PADDING = -1  # class id in padding slots; box padding is +0.0

@@ -16,7 +16,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-__all__ = ["FsspecStorage", "LocalStorage", "Storage", "StoredEntry", "is_remote", "open_storage"]
+from detfmt._io import file_digest, fsync_dir
+
+__all__ = ["FsspecStorage", "LocalStorage", "Storage", "StoredEntry", "file_digest", "fsync_dir",
+           "is_remote", "open_storage"]
 
 
 @dataclass(frozen=True)

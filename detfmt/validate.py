@@ -19,26 +19,6 @@ from detfmt.schema import Header
 
 __all__ = ["Violation", "check_index", "check_labels", "expected_arrays", "parse_header"]
 
-_ERROR_CLASSES: dict[str, type[errors.FormatError]] = {
-    "NOT_DETFMT": errors.NotDetfmtError,
-    "VERSION_UNSUPPORTED": errors.UnsupportedVersionError,
-    "FEATURE_UNSUPPORTED": errors.UnsupportedVersionError,
-    "PATH_UNSAFE": errors.UnsafePathError,
-    "CHECKSUM": errors.IntegrityError,
-    "FILE_CHECKSUM": errors.IntegrityError,
-    "DATASET_CHANGED": errors.DatasetChangedError,
-}
-for _rule in ("HEADER_MISSING", "HEADER_ENCODING", "HEADER_TOO_LARGE", "HEADER_JSON",
-              "HEADER_SCHEMA"):
-    _ERROR_CLASSES[_rule] = errors.HeaderError
-for _rule in ("ZSTD_SIZE", "ZSTD_WINDOW", "ZSTD_CORRUPT", "ZSTD_TRAILING", "IMAGE_DECODE",
-              "CODEC_UNKNOWN"):
-    _ERROR_CLASSES[_rule] = errors.DecodeError
-for _rule in ("BOX_INVALID", "BOX_OUT_OF_IMAGE", "CLASS_RANGE", "COUNT_RANGE",
-              "MASK_INCONSISTENT", "IMAGE_FIELD"):
-    _ERROR_CLASSES[_rule] = errors.LabelError
-
-
 @dataclass(frozen=True)
 class Violation:
     """One broken rule: its id, the file, the sample (if any) and a readable message."""
@@ -49,11 +29,7 @@ class Violation:
     index: int | None = None
 
     def to_error(self) -> errors.FormatError:
-        cls = _ERROR_CLASSES.get(self.rule, errors.LayoutError)
-        if cls is errors.UnsupportedVersionError:
-            return cls(self.message, found="?", supported=spec.FORMAT_VERSION, rule=self.rule,
-                       path=self.path, index=self.index)
-        return cls(self.message, rule=self.rule, path=self.path, index=self.index)
+        return errors.error_for(self.rule, self.message, path=self.path, index=self.index)
 
     def __str__(self) -> str:
         where = self.path + (f": sample {self.index}" if self.index is not None else "")
@@ -208,7 +184,10 @@ def _index_descr() -> list[list[str]]:
 # --------------------------------------------------------------------------- index
 
 
-INDEX_CHUNK = 1 << 16  # the reader validates the index in chunks of this many records
+#: The reader checks index records, counts and labels in chunks of this many samples, each chunk
+#: on its first use: small enough that a random first batch costs O(batch), large enough that
+#: the per-chunk overhead vanishes over an epoch.
+INDEX_CHUNK = 1 << 11
 
 
 def check_index(index: np.ndarray, header: Header, blob_size: int, path: str,
@@ -449,3 +428,32 @@ def check_labels(
             yield Violation("MASK_INCONSISTENT", field_path,
                             f"padding slot {int(slot)} of box field {name!r} must be 0",
                             int(indices[row]))
+
+
+def label_rows_broken(*, boxes: np.ndarray, classes: np.ndarray, counts: np.ndarray,
+                      heights: np.ndarray, widths: np.ndarray, num_classes: int,
+                      box_fields: list[np.ndarray]) -> np.ndarray:
+    """(B,) bool: which rows break any label rule of `check_labels` (R-37 .. R-40).
+
+    The vectorized pass a reader runs once per chunk; `check_labels` on the broken rows then
+    names the rule and the sample (it only runs when something is wrong).
+    """
+    if not len(counts):
+        return np.zeros(0, bool)
+    m = boxes.shape[1]
+    mask = np.arange(m) < counts[:, None]
+    x1, y1, x2, y2 = (boxes[..., k] for k in range(4))
+    with np.errstate(invalid="ignore"):
+        good = np.isfinite(boxes).all(axis=-1) & (x1 <= x2) & (y1 <= y2)
+        good &= (x1 >= 0) & (y1 >= 0)
+        good &= x2 <= widths[:, None].astype(np.float32)
+        good &= y2 <= heights[:, None].astype(np.float32)
+    good &= (classes >= 0) & (classes < num_classes)
+    bad = (mask & ~good).any(axis=1)
+    padding = ~mask
+    bad |= (padding & (boxes.view(np.uint32) != 0).any(axis=-1)).any(axis=1)
+    bad |= (padding & (classes != spec.CLASS_PADDING)).any(axis=1)
+    for values in box_fields:
+        raw = values.view(np.uint8 if values.dtype.itemsize == 1 else np.uint32)
+        bad |= (padding & (raw != 0)).any(axis=1)
+    return bad

@@ -245,7 +245,7 @@ class _DatasetBuilder:
         if n and len(self.shapes) == 1 and codec == "raw":
             (h, w), = self.shapes
             fixed = (h, w, 3)
-        from detfmt import __version__
+        from detfmt.version import __version__
 
         header = Header(
             format=spec.FORMAT_NAME, version=spec.FORMAT_VERSION, num_samples=n, max_boxes=m,

@@ -214,7 +214,7 @@ def bench_read(data: list[dict], codec: str, shard_bytes: int, tmp: str, batch: 
     write_both(data, root, flat_root, codec, shard_bytes, "1" * 32)
     sharded = detfmt.open(root)
     flat = detfmt.open(flat_root)
-    plan = sharded.plan(seed=0, epoch=0, batch_size=batch, window=2)
+    plan = sharded.plan(seed=0, epoch=0, batch_size=batch, shard_window=2)
     batches = list(plan.batches())
     res = {"shards": len(sharded.shards), "samples": len(sharded)}
     side = int(max(flat.sizes.max(), 1))

@@ -24,6 +24,7 @@ from detfmt.convert.boxes import apply_box_policy
 from detfmt.convert.errors import ConversionError
 from detfmt.convert.report import ConversionReport, report_path
 from detfmt.errors import InvalidSampleError
+from detfmt.schema import ClassInfo
 
 __all__ = ["ConvertOptions", "SourceImage", "convert_records", "resolve_frame"]
 
@@ -269,13 +270,8 @@ def choose_codec(options: ConvertOptions, paths: Sequence[Path], count: int) -> 
     return choice, reason
 
 
-def _class_infos(classes: Sequence[tuple[str, int]]) -> list[Any]:
-    import detfmt
-
-    class_info = getattr(detfmt, "ClassInfo", None)
-    if class_info is None:
-        return [name for name, _ in classes]
-    return [class_info(name=name, source_id=int(source_id)) for name, source_id in classes]
+def _class_infos(classes: Sequence[tuple[str, int]]) -> list[ClassInfo]:
+    return [ClassInfo(name=name, source_id=int(source_id)) for name, source_id in classes]
 
 
 def convert_records(
@@ -292,7 +288,7 @@ def convert_records(
 ) -> ConversionReport:
     """Stream ``records`` (``count`` of them; ``paths`` their image files, for the codec
     estimate) into a detfmt dataset at ``dst`` and save the report beside it."""
-    import detfmt
+    from detfmt.writer import write  # the writer (and Pillow) load when a conversion runs
 
     start = time.perf_counter()
     codec, reason = choose_codec(options, paths, count)
@@ -306,7 +302,7 @@ def convert_records(
             "detfmt.convert.source": report.source}
     meta.update(metadata or {})
     try:
-        detfmt.write(
+        write(
             _Sized(_samples(records, report, options), count),
             dst,
             classes=_class_infos(classes),

@@ -15,90 +15,96 @@ import msgspec
 import numpy as np
 
 from detfmt.convert.errors import ConversionError
+from detfmt.protocol import DatasetLike
 
 __all__ = ["coco_dict", "to_coco"]
 
 
-def _open(dataset: Any):
-    import detfmt
+def _open(dataset: str | os.PathLike[str] | DatasetLike) -> tuple[DatasetLike, bool]:
+    from detfmt.api import open_dataset
 
     if isinstance(dataset, (str, os.PathLike)):
-        return detfmt.open(dataset), True
+        return open_dataset(dataset), True
     return dataset, False
 
 
-def _image_ids(ds: Any) -> np.ndarray:
+def _image_ids(ds: DatasetLike) -> np.ndarray:
     """COCO image ids: the stored ``source_id`` when every sample has a distinct one >= 0,
     else 1..N in dataset order."""
     n = len(ds)
-    source = ds.image_fields.get("source_id") if hasattr(ds, "image_fields") else None
-    if source is not None and n and (np.asarray(source) >= 0).all() and len(
-            np.unique(source)) == n:
-        return np.asarray(source, dtype=np.int64)
+    if "source_id" in ds.schema.image_fields and n:
+        source = np.asarray(ds.image_field("source_id"), dtype=np.int64)
+        if (source >= 0).all() and len(np.unique(source)) == n:
+            return source
     return np.arange(1, n + 1, dtype=np.int64)
 
 
-def coco_dict(ds: Any) -> dict[str, Any]:
-    """Build the COCO instances dict of an opened dataset (labels only; no pixel is decoded)."""
+_BLOCK = 4096  # samples whose labels are gathered at once: bounded memory on any N
+
+
+def coco_dict(ds: DatasetLike) -> dict[str, Any]:
+    """Build the COCO instances dict of an opened dataset of any kind (labels only; no pixel
+    is decoded; every label goes through the reader's checks)."""
     n = len(ds)
-    header = ds.header
+    schema = ds.schema
     category_ids = [c.source_id if c.source_id is not None else i
-                    for i, c in enumerate(header.classes)]
+                    for i, c in enumerate(schema.classes)]
     if len(set(category_ids)) != len(category_ids):
-        category_ids = list(range(len(header.classes)))
+        category_ids = list(range(len(schema.classes)))
     sizes = np.asarray(ds.sizes, dtype=np.int64)  # stored (h, w)
-    fields = getattr(ds, "image_fields", {})
-    orig = np.asarray(fields["orig_size"], np.int64) if "orig_size" in fields else sizes
-    transform = (np.asarray(fields["scale_offset"], np.float64) if "scale_offset" in fields
-                 else np.tile([1.0, 1.0, 0.0, 0.0], (n, 1)))
-    names_stored = "file_name" in header.image_fields
+    fields = schema.image_fields
+    orig = np.asarray(ds.image_field("orig_size"), np.int64) if "orig_size" in fields else sizes
+    transform = (np.asarray(ds.image_field("scale_offset"), np.float64)
+                 if "scale_offset" in fields else np.tile([1.0, 1.0, 0.0, 0.0], (n, 1)))
+    names_stored = "file_name" in fields
     ids = _image_ids(ds)
-    counts = np.asarray(ds.counts)
-    box_fields = dict(getattr(ds, "box_fields", {}))
     images, annotations = [], []
-    for i in range(n):
-        file_name = ds.string_field("file_name", i) if names_stored else ""
-        images.append({"id": int(ids[i]), "file_name": file_name or f"{i:08d}",
-                       "height": int(orig[i, 0]), "width": int(orig[i, 1])})
-        k = int(counts[i])
-        if k == 0:
-            continue
-        sx, sy, tx, ty = transform[i]
-        stored = np.asarray(ds.boxes[i, :k], dtype=np.float64)
-        x0 = (stored[:, 0] - tx) / sx
-        y0 = (stored[:, 1] - ty) / sy
-        x1 = (stored[:, 2] - tx) / sx
-        y1 = (stored[:, 3] - ty) / sy
-        classes = np.asarray(ds.classes[i, :k])
-        extra = {name: np.asarray(values[i, :k]) for name, values in box_fields.items()}
-        for j in range(k):
-            w, h = float(x1[j] - x0[j]), float(y1[j] - y0[j])
-            annotation = {
-                "id": len(annotations) + 1,
-                "image_id": int(ids[i]),
-                "category_id": int(category_ids[int(classes[j])]),
-                "bbox": [round(float(x0[j]), 3), round(float(y0[j]), 3), round(w, 3),
-                         round(h, 3)],
-                "area": round(w * h, 3),
-                "iscrowd": int(extra["iscrowd"][j]) if "iscrowd" in extra else 0,
-                "segmentation": [],
-            }
-            for name, values in extra.items():
-                if name != "iscrowd":
-                    annotation[name] = values[j].item()
-            annotations.append(annotation)
+    for start in range(0, n, _BLOCK):
+        labels = ds.labels(np.arange(start, min(n, start + _BLOCK)))
+        for row, i in enumerate(labels.indices.tolist()):
+            file_name = ds.string_field("file_name", i) if names_stored else ""
+            images.append({"id": int(ids[i]), "file_name": file_name or f"{i:08d}",
+                           "height": int(orig[i, 0]), "width": int(orig[i, 1])})
+            keep = labels.mask[row]
+            if not keep.any():
+                continue
+            sx, sy, tx, ty = transform[i]
+            stored = labels.boxes[row][keep].astype(np.float64)
+            x0 = (stored[:, 0] - tx) / sx
+            y0 = (stored[:, 1] - ty) / sy
+            x1 = (stored[:, 2] - tx) / sx
+            y1 = (stored[:, 3] - ty) / sy
+            classes = labels.classes[row][keep]
+            extra = {name: values[row][keep] for name, values in labels.fields.items()}
+            for j in range(len(classes)):
+                w, h = float(x1[j] - x0[j]), float(y1[j] - y0[j])
+                annotation = {
+                    "id": len(annotations) + 1,
+                    "image_id": int(ids[i]),
+                    "category_id": int(category_ids[int(classes[j])]),
+                    "bbox": [round(float(x0[j]), 3), round(float(y0[j]), 3), round(w, 3),
+                             round(h, 3)],
+                    "area": round(w * h, 3),
+                    "iscrowd": int(extra["iscrowd"][j]) if "iscrowd" in extra else 0,
+                    "segmentation": [],
+                }
+                for name, values in extra.items():
+                    if name != "iscrowd":
+                        annotation[name] = values[j].item()
+                annotations.append(annotation)
     return {
-        "info": {"description": f"exported by detfmt from {getattr(ds, 'path', '')}",
-                 "version": "1.0"},
+        "info": {"description": f"exported by detfmt from {ds.location}", "version": "1.0"},
         "images": images,
         "annotations": annotations,
         "categories": [{"id": int(cid), "name": c.name, "supercategory": ""}
-                       for cid, c in zip(category_ids, header.classes, strict=True)],
+                       for cid, c in zip(category_ids, schema.classes, strict=True)],
     }
 
 
-def to_coco(dataset: Any, out_json: str | os.PathLike[str]) -> dict[str, int]:
-    """Write a detfmt dataset (a path or an opened `Dataset`) as a COCO instances JSON file.
+def to_coco(dataset: str | os.PathLike[str] | DatasetLike,
+            out_json: str | os.PathLike[str]) -> dict[str, int]:
+    """Write a detfmt dataset (a path, URL or opened dataset of any kind) as a COCO instances
+    JSON file.
 
     Boxes are mapped back to the original image coordinates (within float32 precision, well
     under 0.5 px); per-box fields other than ``iscrowd`` (e.g. VOC's ``difficult``) are kept as

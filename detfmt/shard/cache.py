@@ -20,8 +20,7 @@ from typing import Any
 
 import xxhash
 
-from detfmt.errors import UsageError, WriteError
-from detfmt.shard.errors import ShardChecksumError
+from detfmt.errors import ShardChecksumError, UsageError, WriteError
 from detfmt.shard.manifest import ShardInfo
 
 __all__ = ["ShardCache"]

@@ -14,8 +14,14 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from detfmt.errors import NotDetfmtError, UnsafePathError, UnsupportedVersionError, WriteError
-from detfmt.shard.errors import ManifestError, RootLayoutError
+from detfmt.errors import (
+    ManifestError,
+    NotDetfmtError,
+    RootLayoutError,
+    UnsafePathError,
+    UnsupportedVersionError,
+    WriteError,
+)
 
 __all__ = [
     "FORMAT_VERSION",

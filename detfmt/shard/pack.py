@@ -1,7 +1,8 @@
-"""Packed shard files (docs/spec-sharding.md §4): one immutable file holding a whole 1.0 dataset.
+"""Writing packed shard files (SPEC §19.4): one immutable file holding a whole 1.0 dataset.
 
 Members sit at 64-byte-aligned offsets behind a small JSON table of contents, so a shard travels
-as one object (one GET) and, once local, each member is memory-mapped in place.
+as one object (one GET) and, once local, each member is memory-mapped in place. Reading them is
+`detfmt.members.PackedSource`.
 """
 
 from __future__ import annotations
@@ -14,8 +15,7 @@ from typing import BinaryIO
 
 import msgspec
 
-from detfmt.errors import NotDetfmtError, UnsupportedVersionError
-from detfmt.shard.errors import PackError
+from detfmt.errors import PackError
 
 __all__ = [
     "MAGIC",
@@ -24,8 +24,6 @@ __all__ = [
     "Toc",
     "align64",
     "pack_directory",
-    "read_toc",
-    "toc_length_prefix",
 ]
 
 MAGIC = b"DETFMTPK"
@@ -97,63 +95,4 @@ def pack_directory(src: str | os.PathLike[str], out: BinaryIO) -> Toc:
         with open(os.path.join(src, m.name), "rb") as f:
             shutil.copyfileobj(f, out, 1 << 20)
         pos = m.offset + m.size
-    return toc
-
-
-def toc_length_prefix(head: bytes, where: str = "") -> int:
-    """Parse the 16-byte prefix; returns the TOC length (S-9)."""
-    if len(head) < PREFIX or head[:8] != MAGIC:
-        raise NotDetfmtError("not a packed detfmt shard (bad magic)", rule="PACK_MAGIC", path=where)
-    version, toc_len = struct.unpack("<II", head[8:16])
-    if version != PACK_VERSION:
-        raise UnsupportedVersionError(
-            f"pack version {version} is not supported",
-            found=str(version),
-            supported=str(PACK_VERSION),
-            path=where,
-        )
-    if toc_len > MAX_TOC:
-        raise PackError(f"table of contents is {toc_len} bytes, limit {MAX_TOC}", path=where)
-    return toc_len
-
-
-def parse_toc(blob: bytes, file_size: int, where: str = "") -> Toc:
-    """Decode the TOC and check the layout rules of S-10 against the file size."""
-    try:
-        toc = msgspec.json.decode(blob, type=Toc)
-    except (msgspec.ValidationError, msgspec.DecodeError) as e:
-        raise PackError(f"invalid table of contents: {e}", path=where) from e
-    pos = align64(PREFIX + len(blob))
-    seen: set[str] = set()
-    for m in toc.members:
-        if not m.name or "/" in m.name or "\\" in m.name or m.name in (".", "..") or m.name in seen:
-            raise PackError(f"bad or duplicate member name {m.name!r}", path=where)
-        seen.add(m.name)
-        if m.offset != pos or m.size < 0:
-            raise PackError(f"member {m.name!r} at offset {m.offset}, expected {pos}", path=where)
-        pos = align64(m.offset + m.size)
-    if "header.json" not in seen:
-        raise PackError("packed shard has no header.json member", path=where)
-    if toc.end != file_size:
-        raise PackError(f"file is {file_size} bytes, members end at {toc.end}", path=where)
-    return toc
-
-
-def read_toc(path: str | os.PathLike[str], check_padding: bool = True) -> Toc:
-    """Read and validate the TOC of a local packed shard (S-9, S-10)."""
-    path = os.fspath(path)
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        toc_len = toc_length_prefix(f.read(PREFIX), path)
-        blob = f.read(toc_len)
-        if len(blob) != toc_len:
-            raise PackError("file ends inside the table of contents", path=path)
-        toc = parse_toc(blob, size, path)
-        if check_padding:
-            pos = PREFIX + toc_len
-            for m in toc.members:
-                f.seek(pos)
-                if any(f.read(m.offset - pos)):
-                    raise PackError(f"nonzero padding before member {m.name!r}", path=path)
-                pos = m.offset + m.size
     return toc

@@ -1,133 +1,98 @@
-"""``ShardedDataset``: a 1.1 dataset over many packed shards, with the 1.0 ``ds[i]``/``batch`` API.
+"""`ShardedDataset`: a sharded root (SPEC §19), local or remote, as one `DatasetLike`.
 
-Global index i maps to (shard, local index) by the manifest's prefix sums (S-5). Local roots map
-shards in place; remote roots (any fsspec URL) fetch whole shards into a node-local cache that
-follows the known epoch order (prefetch the next shards, never evict them).
+The manifest is the only source of truth (S-2): it gives the shards, their order, sizes and
+checksums. Each shard is a 1.0 dataset read through a `PackedSource`, so every 1.0 rule applies
+inside it; global index ``i`` lives in the shard whose range holds it (S-5), and batches across
+shards go through the one gather engine, re-padded to the batch's own maximum (S-12). Local roots
+map shards in place; remote roots (any fsspec URL) fetch whole shards into a node-local cache that
+follows the known epoch order (the next shards prefetched and pinned, never evicted while needed).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import stat
 import tempfile
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from detfmt import errors, validate
-from detfmt.reader import NumpyBatch, Sample, SampleIndexError, normalize_index
-from detfmt.shard.errors import SchemaMismatchError, ShardChecksumError
-from detfmt.shard.manifest import (
-    MANIFEST_NAME,
-    MAX_MANIFEST_BYTES,
-    Manifest,
-    check_root_layout,
-    decode_manifest,
-)
-from detfmt.shard.order import DEFAULT_SHARD_WINDOW, EpochPlan, OrderState, ShardWorkingSet
-from detfmt.shard.packed import PackedDataset
-from detfmt.shard.write import is_url
-from detfmt.spec import INDEX_DTYPE
+from detfmt import errors, spec
+from detfmt.gather import Gather, Parts, batch_buffer
+from detfmt.members import PackedSource
+from detfmt.order import DEFAULT_SHARD_WINDOW, OrderSpec
+from detfmt.protocol import EpochIteration
+from detfmt.reader import Dataset
+from detfmt.records import DatasetSchema, NumpyBatch, Sample, sample_index
+from detfmt.schema import BoxField, ClassInfo
+from detfmt.shard.manifest import Manifest, decode_manifest
+from detfmt.storage import Storage, open_storage
 
-__all__ = ["ShardedDataset", "is_sharded", "open_sharded"]
+__all__ = ["ShardWorkingSet", "ShardedDataset", "check_shard_files"]
 
 
-def is_sharded(path: str | os.PathLike[str]) -> bool:
-    """True for a remote URL or a local directory holding manifest.json (S-1)."""
-    text = os.fspath(path)
-    if is_url(text):
-        return True
-    return os.path.isfile(os.path.join(text, MANIFEST_NAME))
-
-
-class ShardedDataset(Sequence):
-    """A sharded (1.1) dataset. Use :func:`detfmt.open` or :func:`open_sharded`.
+class ShardedDataset(EpochIteration):
+    """A sharded (1.1) dataset. Use :func:`detfmt.open`.
 
     Args:
         root: local directory or fsspec URL (``s3://bucket/ds``, ``http://host/ds``...).
         storage_options: passed to fsspec for remote roots.
-        cache_dir: node-local shard cache for remote roots (default: a directory under the
-            system temp dir named after the write id).
+        cache_dir: node-local shard cache for remote roots.
         cache_limit: byte bound of that cache (LRU; shards the plan needs next are kept).
-        max_open: shards kept mapped at once (remote default 32; local: all). An evicted cache
-            file stays readable (and on disk) while its reader is open.
+        max_open: shards kept open at once (remote default 32; local: all). An evicted cache
+            file stays readable (and on disk) while a reader holds it.
         check_files: local roots: stat every shard file at open (S-2 FILE_MISSING, a regular
             file, S-7 SHARD_SIZE), one ``lstat`` per shard, so a damaged root fails here rather
-            than at its first batch from that shard. `verify` turns it off to list every problem.
+            than at its first batch from that shard.
     """
 
-    def __init__(
-        self,
-        root: str | os.PathLike[str],
-        *,
-        storage_options: Mapping[str, Any] | None = None,
-        cache_dir: str | os.PathLike[str] | None = None,
-        cache_limit: int | None = None,
-        max_open: int | None = None,
-        check_files: bool = True,
-    ) -> None:
-        self.root = os.fspath(root)
-        self._options = dict(
-            storage_options=dict(storage_options or {}),
-            cache_dir=os.fspath(cache_dir) if cache_dir is not None else None,
-            cache_limit=cache_limit,
-            max_open=max_open,
-        )
-        self.remote = is_url(self.root)
+    def __init__(self, root: str | os.PathLike[str], *,
+                 storage_options: Mapping[str, Any] | None = None,
+                 cache_dir: str | os.PathLike[str] | None = None, cache_limit: int | None = None,
+                 max_open: int | None = None, check_files: bool = True) -> None:
+        self._options = dict(storage_options=dict(storage_options or {}),
+                             cache_dir=os.fspath(cache_dir) if cache_dir is not None else None,
+                             cache_limit=cache_limit, max_open=max_open)
+        self.storage: Storage = open_storage(root, storage_options)
+        local = self.storage.is_local
+        self.root = self.storage.local_path("") if local else self.storage.url
+        self.manifest: Manifest = read_manifest(self.storage)
+        self.shards = self.manifest.shards
+        where = self.storage.where(spec.MANIFEST_FILE)
+        for k, info in enumerate(self.shards):
+            if info.num_samples * spec.INDEX_DTYPE.itemsize > info.bytes:
+                # a shard holds an index record per sample (S-11): refuse a count its size
+                # cannot hold before a plan or a batch sizes arrays by it
+                raise errors.SchemaMismatchError(
+                    f"shards[{k}] claims {info.num_samples} samples in {info.bytes} bytes",
+                    path=where)
         self._cache = None
-        self._files_checked = False
-        if self.remote:
-            import fsspec  # an extra: only remote roots need it
-
-            self._fs, self._fs_root = fsspec.core.url_to_fs(self.root, **(storage_options or {}))
-            self._fs_root = self._fs_root.rstrip("/")
-            where = f"{self.root}/{MANIFEST_NAME}"
-            try:
-                data = self._fs.cat_file(f"{self._fs_root}/{MANIFEST_NAME}")
-            except FileNotFoundError as error:
-                raise errors.DatasetNotFoundError("no manifest.json", path=where) from error
-            self.manifest: Manifest = decode_manifest(data, where)
+        if local:
+            self._max_open = max_open or max(1, len(self.shards))
+            if check_files:
+                check_shard_files(self.storage, self.shards)
+        else:
             from detfmt.shard.cache import ShardCache
 
             base = cache_dir or os.path.join(tempfile.gettempdir(), "detfmt-cache")
-            self._cache = ShardCache(
-                self._fs, self._fs_root, base, self.manifest.write_id, cache_limit=cache_limit
-            )
+            self._cache = ShardCache(self.storage.fs, self.storage.base, base,  # type: ignore[attr-defined]
+                                     self.manifest.write_id, cache_limit=cache_limit)
             self._max_open = max_open or 32
-        else:
-            if self.root.startswith("file://"):
-                self.root = self.root[len("file://") :]
-            where = os.path.join(self.root, MANIFEST_NAME)
-            try:
-                with open(where, "rb") as f:
-                    data = f.read(MAX_MANIFEST_BYTES + 1)
-            except FileNotFoundError as error:
-                raise errors.DatasetNotFoundError("no manifest.json", path=where) from error
-            check_root_layout(self.root)  # S-1: never both a 1.0 and a 1.1 root
-            self.manifest = decode_manifest(data, where)
-            self._max_open = max_open or max(1, len(self.manifest.shards))
-            if check_files:
-                check_shard_files(self.root, self.manifest.shards)
-            self._files_checked = check_files
-        self.shards = self.manifest.shards
-        self.schema = self.manifest.schema
-        for k, info in enumerate(self.shards):
-            if info.num_samples * INDEX_DTYPE.itemsize > info.bytes:
-                # a shard holds an index record per sample (S-11): a count its size cannot
-                # hold fails S-8 once the shard is opened; refuse it before plan() or a batch
-                # sizes arrays by it
-                raise SchemaMismatchError(
-                    f"shards[{k}] claims {info.num_samples} samples in {info.bytes} bytes",
-                    path=where,
-                )
-        self._starts = np.array([s.first_index for s in self.shards], dtype=np.int64)
-        self._counts = np.array([s.num_samples for s in self.shards], dtype=np.int64)
-        self._open: OrderedDict[int, tuple] = OrderedDict()
+        self.starts = np.array([s.first_index for s in self.shards], dtype=np.int64)
+        self._open: OrderedDict[int, Dataset] = OrderedDict()
         self._lock = threading.Lock()
+        schema = self.manifest.schema
+        self.schema = DatasetSchema(
+            classes=[ClassInfo(name=c.name, source_id=c.source_id) for c in schema.classes],
+            box_fields=[BoxField(name=f.name, dtype=f.dtype) for f in schema.box_fields],
+            image_fields=list(schema.image_fields),
+            fixed_shape=tuple(schema.fixed_shape) if schema.fixed_shape else None,  # type: ignore[arg-type]
+            max_side=schema.max_side, codec=schema.codec)
+        fields = [(f.name, f.dtype) for f in schema.box_fields]
+        self.engine = Gather(Parts(len(self), self.starts, self.shard, fields), self.root)
 
     # ------------------------------------------------------------------ shards
 
@@ -135,113 +100,120 @@ class ShardedDataset(Sequence):
         return self.manifest.num_samples
 
     @property
+    def location(self) -> str:
+        return self.root
+
+    @property
     def class_names(self) -> list[str]:
-        return [c.name for c in self.schema.classes]
+        return self.schema.class_names
+
+    @property
+    def format_version(self) -> str:
+        return self.manifest.version
+
+    def codec_counts(self) -> dict[str, int]:
+        """Samples per codec (opens every shard)."""
+        total: dict[str, int] = {}
+        for k in range(len(self.shards)):
+            for name, count in self.shard(k).codec_counts().items():
+                total[name] = total.get(name, 0) + count
+        return total
+
+    def disk_usage(self) -> dict[str, int]:
+        files = {info.path: int(info.bytes) for info in self.shards}
+        files[spec.MANIFEST_FILE] = self.storage.size(spec.MANIFEST_FILE)
+        return files
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        return dict(self.manifest.metadata)
+
+    @property
+    def is_remote(self) -> bool:
+        """True for a URL root read through the node-local shard cache."""
+        return self._cache is not None
+
+    def locate(self, index: int) -> tuple[int, int]:
+        """(shard number, local index) of global sample ``index`` (S-5)."""
+        i = sample_index(index, len(self), self.root)
+        k = int(np.searchsorted(self.starts, i, side="right")) - 1
+        return k, i - int(self.starts[k])
+
+    def shard(self, k: int) -> Dataset:
+        """Shard ``k`` opened as a 1.0 dataset (fetched into the cache first for remote roots)."""
+        reader = self._open.get(k)  # lock-free hit: dict reads are atomic
+        if reader is not None:
+            if self._cache is not None:
+                with self._lock:
+                    if k in self._open:
+                        self._open.move_to_end(k)
+            return reader
+        reader = self._open_shard(k)
+        with self._lock:
+            self._open[k] = reader
+            self._open.move_to_end(k)
+            while len(self._open) > self._max_open:
+                self._open.popitem(last=False)
+        return reader
+
+    def shard_file(self, k: int) -> str:
+        """The local path of shard ``k``'s file (for a remote root: its verified cached copy,
+        downloaded if needed)."""
+        info = self.shards[k]
+        if self._cache is not None:
+            return self._cache.fetch(info)
+        return self.storage.local_path(info.path)  # type: ignore[return-value]
+
+    def _open_shard(self, k: int) -> Dataset:
+        info = self.shards[k]
+        tries = 3 if self._cache is not None else 1
+        # another process on the node may evict a cached shard between fetch and open: re-fetch
+        for attempt in range(tries):
+            path = self.shard_file(k)
+            try:
+                _check_size(path, info.bytes)
+                reader = Dataset(PackedSource(path))
+                break
+            except (FileNotFoundError, errors.DatasetNotFoundError) as error:
+                if attempt == tries - 1:
+                    raise errors.LayoutError(f"shard {info.path} is missing", rule="FILE_MISSING",
+                                             path=path) from error
+        check_shard_schema(reader, self.manifest, k)
+        return reader
+
+    # ------------------------------------------------------------------ whole-dataset tables
+
+    def _concat(self, get: Any, empty: np.ndarray) -> np.ndarray:
+        parts = [get(self.shard(k)) for k in range(len(self.shards)) if self.shards[k].num_samples]
+        return np.concatenate(parts) if parts else empty
 
     @property
     def sizes(self) -> np.ndarray:
         """(N, 2) int32 stored (height, width) of every image (opens every shard: for remote
         roots that downloads them all)."""
-        parts = [self._entry(k) for k in range(len(self.shards))]
-        if not parts:
-            return np.zeros((0, 2), np.int32)
-        return np.concatenate([np.stack([e[1], e[2]], axis=1) for e in parts]).astype(np.int32)
+        return self._concat(lambda s: s.sizes, np.zeros((0, 2), np.int32))
 
     @property
     def counts(self) -> np.ndarray:
         """(N,) int32 box count of every sample (opens every shard, like ``sizes``)."""
-        parts = [np.asarray(self.shard(k).counts) for k in range(len(self.shards))]
-        return np.concatenate(parts).astype(np.int32) if parts else np.zeros(0, np.int32)
+        def checked(s: Dataset) -> np.ndarray:
+            s.validate_index()
+            return np.asarray(s.counts)
 
-    def locate(self, index: int) -> tuple[int, int]:
-        """(shard number, local index) of global sample ``index`` (S-5)."""
-        i = self._check_index(index)
-        k = int(np.searchsorted(self._starts, i, side="right")) - 1
-        return k, i - int(self._starts[k])
+        return self._concat(checked, np.zeros(0, np.int32))
 
-    def _check_index(self, index: int) -> int:
-        return normalize_index(index, len(self), self.root)
+    def image_field(self, name: str) -> np.ndarray:
+        """Per-image field ``name`` of every sample (opens every shard)."""
+        if name not in self.schema.image_fields or name in spec.STRING_FIELDS:
+            raise errors.UsageError(f"the dataset has no per-image array field {name!r}",
+                                    path=self.root)
+        dtype, tail = spec.IMAGE_FIELD_ARRAYS[name]
+        return self._concat(lambda s: np.asarray(s.image_field(name)),
+                            np.zeros((0, *tail), np.dtype(dtype)))
 
-    def shard(self, k: int) -> PackedDataset:
-        """The opened reader of shard ``k`` (fetched into the cache first for remote roots)."""
-        return self._entry(k)[0]
-
-    def _entry(self, k: int) -> tuple[PackedDataset, np.ndarray, np.ndarray, np.ndarray | None]:
-        """(reader, heights, widths, fixed images or None) of shard ``k``, opened once."""
-        entry = self._open.get(k)  # lock-free hit: dict reads are atomic
-        if entry is not None:
-            if self._cache is not None:
-                with self._lock:
-                    if k in self._open:
-                        self._open.move_to_end(k)
-            return entry
-        ds = self._open_shard(k)
-        entry = (ds, ds.index["height"], ds.index["width"], ds.fixed_images)
-        with self._lock:
-            self._open[k] = entry
-            self._open.move_to_end(k)
-            while len(self._open) > self._max_open:
-                self._open.popitem(last=False)
-        return entry
-
-    def _open_shard(self, k: int) -> PackedDataset:
-        info = self.shards[k]
-        tries = 3 if self._cache is not None else 1
-        # another process on the node may evict a cached shard between fetch and open: re-fetch
-        for attempt in range(tries):
-            if self._cache is not None:
-                path = self._cache.fetch(info)
-            else:
-                path = os.path.join(self.root, *info.path.split("/"))
-            try:
-                _check_size(path, info.bytes)
-                ds = PackedDataset(path)
-                break
-            except (FileNotFoundError, errors.DatasetNotFoundError) as error:
-                if attempt == tries - 1:
-                    raise errors.LayoutError(
-                        f"shard {info.path} is missing", rule="FILE_MISSING", path=path
-                    ) from error
-        self._check_schema(ds, k)
-        return ds
-
-    def _check_schema(self, ds: PackedDataset, k: int) -> None:
-        """S-8: the shard's own header must agree with the manifest."""
-        h, s, info = ds.header, self.schema, self.shards[k]
-        problems = []
-        if [(c.name, c.source_id) for c in h.classes] != [(c.name, c.source_id) for c in s.classes]:
-            problems.append("classes")
-        if [(f.name, f.dtype) for f in h.box_fields] != [(f.name, f.dtype) for f in s.box_fields]:
-            problems.append("box_fields")
-        if list(h.image_fields) != list(s.image_fields):
-            problems.append("image_fields")
-        if s.fixed_shape is not None and list(h.image.fixed_shape or []) != s.fixed_shape:
-            problems.append("fixed_shape")
-        if h.image.max_side != s.max_side:
-            problems.append("max_side")
-        if s.codec != "mixed" and set(h.image.codecs) - {s.codec}:
-            problems.append("codec")
-        if h.num_samples != info.num_samples or h.max_boxes != info.max_boxes:
-            problems.append("num_samples/max_boxes")
-        if problems:
-            raise SchemaMismatchError(
-                f"shard disagrees with the manifest: {', '.join(problems)}", path=str(ds.path)
-            )
-
-    def verify_checksums(self) -> None:
-        """Hash every local shard against the manifest (S-7); raises `ShardChecksumError`."""
-        import xxhash
-
-        for k, info in enumerate(self.shards):
-            path = self._cache.fetch(info) if self._cache else os.path.join(self.root, info.path)
-            digest = xxhash.xxh3_64()
-            with open(path, "rb") as f:
-                while chunk := f.read(8 << 20):
-                    digest.update(chunk)
-            if digest.hexdigest() != info.xxh3_64:
-                raise ShardChecksumError(
-                    f"shard {k} xxh3 {digest.hexdigest()}, manifest says {info.xxh3_64}", path=path
-                )
+    def string_field(self, name: str, index: int) -> str:
+        k, j = self.locate(index)
+        return self.shard(k).string_field(name, j)
 
     # ------------------------------------------------------------------ samples
 
@@ -249,7 +221,9 @@ class ShardedDataset(Sequence):
         if isinstance(index, slice):
             raise errors.UsageError("use ds.batch(indices) to read several samples")
         k, j = self.locate(index)
-        return dataclasses.replace(self.shard(k)[j], index=int(self._starts[k]) + j)
+        sample = self.shard(k)[j]
+        return Sample(index=int(self.starts[k]) + j, image=sample.image, boxes=sample.boxes,
+                      classes=sample.classes, fields=sample.fields)
 
     def image_shape(self, index: int) -> tuple[int, int, int]:
         k, j = self.locate(index)
@@ -259,171 +233,59 @@ class ShardedDataset(Sequence):
         k, j = self.locate(index)
         self.shard(k).decode_into(j, out)
 
-    def batch_buffer(self, batch_size: int) -> np.ndarray:
+    def codec(self, index: int) -> str:
+        k, j = self.locate(index)
+        return self.shard(k).codec(j)
+
+    def payload(self, index: int) -> memoryview:
+        k, j = self.locate(index)
+        return self.shard(k).payload(j)
+
+    def batch(self, indices: Sequence[int] | np.ndarray, out: np.ndarray | None = None,
+              pad_value: int | None = 0, num_threads: int | None = None, *,
+              canvas: tuple[int, int] | None = None, max_boxes: int | None = None
+              ) -> NumpyBatch:
+        """Gather samples from any shards into one batch (see `detfmt.Dataset.batch`), labels
+        re-padded to the batch's own maximum (S-12)."""
+        return self.engine.batch(indices, out=out, pad_value=pad_value, num_threads=num_threads,
+                                 canvas=canvas, max_boxes=max_boxes)
+
+    def labels(self, indices: Sequence[int] | np.ndarray) -> NumpyBatch:
+        """Boxes, classes, mask and per-box fields of samples, without pixels."""
+        return self.engine.labels_only(indices)
+
+    def batch_buffer(self, batch_size: int, *, canvas: tuple[int, int] | None = None
+                     ) -> np.ndarray:
         """A reusable, page-aligned ``out=`` buffer for batches of up to ``batch_size`` samples
         (see `detfmt.Dataset.batch_buffer`)."""
-        from detfmt._buffers import batch_buffer
+        return batch_buffer(np.array([canvas], np.int32) if canvas is not None else self.sizes,
+                            batch_size)
 
-        return batch_buffer(self.sizes, batch_size)
-
-    def batch(
-        self, indices: Sequence[int] | np.ndarray, out: np.ndarray | None = None, pad_value: int = 0
-    ) -> NumpyBatch:
-        """Gather samples from any shards into one batch, re-padded to its own maximum (S-12)."""
-        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
-        n = len(self)
-        if idx.size and (idx.min() < -n or idx.max() >= n):
-            raise SampleIndexError(f"batch index out of range for {n} samples", path=self.root)
-        idx = np.where(idx < 0, idx + n, idx)
-        ks = np.searchsorted(self._starts, idx, side="right") - 1
-        local = idx - self._starts[ks]
-        b = idx.size
-        if b and ks[0] == ks[-1] and (ks == ks[0]).all():  # the common case: one shard
-            groups = [(int(ks[0]), np.arange(b))]
-        else:
-            groups = [(int(k), np.flatnonzero(ks == k)) for k in np.unique(ks)]
-        heights = np.zeros(b, np.int64)
-        widths = np.zeros(b, np.int64)
-        counts = np.zeros(b, np.int64)
-        entries = {}
-        for k, pos in groups:
-            entry = entries[k] = self._entry(k)
-            loc = local[pos]
-            ensure = getattr(entry[0], "_ensure_valid", None)  # readers that check lazily
-            if ensure is not None:
-                ensure(loc)
-            heights[pos] = entry[1][loc]
-            widths[pos] = entry[2][loc]
-            counts[pos] = entry[0].counts[loc]
-        readers = {k: e[0] for k, e in entries.items()}
-        hmax = int(heights.max()) if b else 0
-        wmax = int(widths.max()) if b else 0
-        m = int(counts.max()) if b else 0
-        images = PackedDataset._batch_buffer(out, b, hmax, wmax)
-        boxes = np.zeros((b, m, 4), np.float32)
-        classes = np.full((b, m), -1, np.int32)
-        fields_ = {f.name: np.zeros((b, m), np.dtype(f.dtype)) for f in self.schema.box_fields}
-        for k, pos in groups:
-            ds = readers[k]
-            loc = local[pos]
-            mk = min(m, ds.boxes.shape[1])
-            boxes[pos, :mk] = ds.boxes[loc, :mk]
-            classes[pos, :mk] = ds.classes[loc, :mk]
-            for name, arr in fields_.items():
-                arr[pos, :mk] = ds.box_fields[name][loc, :mk]
-            fixed = entries[k][3]
-            for j, li in zip(pos.tolist(), loc.tolist(), strict=True):
-                h, w = int(heights[j]), int(widths[j])
-                if fixed is not None and h == hmax and w == wmax:
-                    np.copyto(images[j], fixed[li])  # one contiguous copy, no decode dispatch
-                    continue
-                ds.decode_into(li, images[j, :h, :w])
-                if h < hmax:
-                    images[j, h:] = pad_value
-                if w < wmax:
-                    images[j, :h, w:] = pad_value
-        self._check_labels(
-            idx, readers, groups, local, heights, widths, boxes, classes, counts, fields_
-        )
-        mask = np.arange(m) < counts[:, None]
-        sizes = np.stack([heights, widths], axis=1).astype(np.int32)
-        return NumpyBatch(
-            images=images,
-            sizes=sizes,
-            boxes=boxes,
-            classes=classes,
-            mask=mask,
-            indices=idx,
-            fields=fields_,
-        )
-
-    def _check_labels(
-        self, idx, readers, groups, local, heights, widths, boxes, classes, counts, fields_
-    ) -> None:
-        """One vectorized label check per batch; on a violation, redo it per shard so the
-        error names the shard file and its local sample index."""
-        clean = not any(
-            True
-            for _ in validate.check_labels(
-                boxes=boxes,
-                classes=classes,
-                counts=counts,
-                heights=heights,
-                widths=widths,
-                num_classes=len(self.schema.classes),
-                indices=idx,
-                paths=(self.root, self.root),
-                box_fields={name: (self.root, arr) for name, arr in fields_.items()},
-            )
-        )
-        if clean:
-            return
-        for k, pos in groups:
-            readers[k].check_labels(
-                local[pos],
-                boxes[pos],
-                classes[pos],
-                counts[pos],
-                {name: arr[pos] for name, arr in fields_.items()},
-            )
+    def part_ranges(self) -> list[tuple[int, int]]:
+        return [(int(s.first_index), int(s.first_index) + int(s.num_samples))
+                for s in self.shards if s.num_samples]
 
     # ------------------------------------------------------------------ epoch order
 
-    def plan(
-        self,
-        *,
-        seed: int,
-        epoch: int,
-        batch_size: int,
-        world_size: int = 1,
-        rank: int = 0,
-        window: int = DEFAULT_SHARD_WINDOW,
-        shuffle: bool = True,
-        samples_seen: int = 0,
-        drop_last: bool = True,
-    ) -> EpochPlan:
-        """This rank's batches of one epoch in the elastic global order (S-18..S-20).
+    def order_spec(self, order: str = "random", *, shard_window: int = DEFAULT_SHARD_WINDOW,
+                   quasi_block: int | None = None, quasi_window: int = 8) -> OrderSpec:
+        """The elastic order of this root (S-18): shards shuffled, samples shuffled within
+        windows of ``shard_window`` shards (``order="random"``), or ``"sequential"``."""
+        return OrderSpec(len(self), order, tuple(int(s.num_samples) for s in self.shards),
+                         shard_window, quasi_block or 32, quasi_window)
 
-        ``drop_last`` (default True) drops the tail shorter than a global batch; False keeps it:
-        wrap-around padding to whole global batches when ``world_size > 1`` (every rank runs
-        the same number of equal batches, O-5), a short last batch with one rank.
-        """
-        if self._cache is None and not self._files_checked:
-            # the plan is sized by the manifest's counts, which S-7 ties to the shard sizes
-            # (__init__ bounds each count by its entry's bytes): check those once
-            check_shard_files(self.root, self.shards)
-            self._files_checked = True
-        return EpochPlan.build(
-            self._counts.tolist(),
-            OrderState(seed, epoch, samples_seen),
-            world_size=world_size,
-            rank=rank,
-            batch_size=batch_size,
-            window=window,
-            shuffle=shuffle,
-            drop_last=drop_last,
-        )
+    def follow(self, batches: Sequence[np.ndarray], ahead: int = 2) -> ShardFollower:
+        """Keep the node cache in step with ``batches``: call ``.step(t)`` before batch t."""
+        return ShardFollower(self, batches, ahead)
 
-    def iter_batches(
-        self, plan: EpochPlan, *, prefetch_shards: int = 2, out: np.ndarray | None = None
-    ) -> Iterator[NumpyBatch]:
-        """Yield ``plan``'s batches; remote shards are prefetched and pinned ahead of use.
-
-        A shard is pinned in the cache from ``prefetch_shards`` shards before its first use
-        until its last use in this plan, so eviction never removes what the order needs next.
-        """
-        batches = list(plan.batches())
-        working = None
-        if self._cache is not None and batches:
-            working = ShardWorkingSet(batches, plan.shard_of, len(self.shards), prefetch_shards)
-        pinned: list[int] | None = None
-        for t, batch in enumerate(batches):
-            if working is not None:
-                wanted = working.wanted(t)
-                if wanted != pinned:  # the working set changes once per shard, not per batch
-                    pinned = wanted
-                    self.keep_shards(wanted)
-            yield self.batch(batch, out=out)
+    def keep_shards(self, shards: Iterable[int]) -> None:
+        """Remote roots: pin exactly these shards in the node cache (eviction skips them) and
+        start downloading the missing ones in the background. Local roots: nothing to do."""
+        if self._cache is None:
+            return
+        infos = [self.shards[int(k)] for k in shards]
+        self._cache.protect(infos)
+        self._cache.prefetch(infos)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -440,56 +302,71 @@ class ShardedDataset(Sequence):
         self.close()
 
     def __reduce__(self):
-        return (_reopen, (self.root, self._options, self.manifest.write_id))
-
-    def keep_shards(self, shards: Sequence[int]) -> None:
-        """Remote roots: pin exactly these shards in the node cache (eviction skips them) and
-        start downloading the missing ones in the background. Local roots: nothing to do.
-
-        Readers that follow a plan call it whenever their working set changes (use
-        `EpochPlan.working_set` / `ShardWorkingSet.wanted`): the shards in use plus the next
-        few by first use.
-        """
-        if self._cache is None:
-            return
-        infos = [self.shards[int(k)] for k in shards]
-        self._cache.protect(infos)
-        self._cache.prefetch(infos)
-
-    @property
-    def is_remote(self) -> bool:
-        """True for a URL root read through the node-local shard cache."""
-        return self._cache is not None
+        return (_reopen, (self.storage.url, self._options, self.manifest.write_id))
 
     def __repr__(self) -> str:
-        return (
-            f"detfmt.ShardedDataset({self.root!r}, samples={len(self)}, "
-            f"shards={len(self.shards)}, classes={len(self.schema.classes)})"
-        )
+        return (f"detfmt.ShardedDataset({self.root!r}, samples={len(self)}, "
+                f"shards={len(self.shards)}, classes={len(self.schema.classes)})")
 
 
-def check_shard_files(root: str, shards: Sequence[Any]) -> None:
+def read_manifest(storage: Storage) -> Manifest:
+    """Read and check a root's manifest, S-1 first (SPEC §19.4's check order)."""
+    where = storage.where(spec.MANIFEST_FILE)
+    if storage.exists(spec.HEADER_FILE):
+        raise errors.RootLayoutError(
+            "the root holds both manifest.json and header.json; a root is either a 1.0 dataset "
+            "or a 1.1 sharded dataset", path=storage.where(""))
+    try:
+        data = storage.read(spec.MANIFEST_FILE, spec.MAX_MANIFEST_BYTES)
+    except (FileNotFoundError, NotADirectoryError) as error:
+        raise errors.DatasetNotFoundError("no manifest.json", path=where) from error
+    except OSError as error:
+        raise errors.UnsafePathError(f"cannot read the manifest ({error})", path=where) from error
+    return decode_manifest(data, where)
+
+
+def check_shard_schema(reader: Dataset, manifest: Manifest, k: int) -> None:
+    """S-8: the shard's own header must agree with the manifest's schema and its entry."""
+    h, s, info = reader.header, manifest.schema, manifest.shards[k]
+    problems = []
+    if [(c.name, c.source_id) for c in h.classes] != [(c.name, c.source_id) for c in s.classes]:
+        problems.append("classes")
+    if [(f.name, f.dtype) for f in h.box_fields] != [(f.name, f.dtype) for f in s.box_fields]:
+        problems.append("box_fields")
+    if list(h.image_fields) != list(s.image_fields):
+        problems.append("image_fields")
+    if s.fixed_shape is not None and list(h.image.fixed_shape or []) != s.fixed_shape:
+        problems.append("fixed_shape")
+    if h.image.max_side != s.max_side:
+        problems.append("max_side")
+    if s.codec != "mixed" and set(h.image.codecs) - {s.codec}:
+        problems.append("codec")
+    if h.num_samples != info.num_samples or h.max_boxes != info.max_boxes:
+        problems.append("num_samples/max_boxes")
+    if problems:
+        raise errors.SchemaMismatchError(
+            f"shard disagrees with the manifest: {', '.join(problems)}", path=reader.location)
+
+
+def check_shard_files(storage: Storage, shards: Sequence[Any]) -> None:
     """S-2 and S-7 for a local root: every listed shard exists, is a regular file (not a link,
     directory or FIFO) and has the manifest's size. One ``lstat`` per shard, nothing read."""
     for info in shards:
-        path = os.path.join(root, *info.path.split("/"))
+        path = storage.local_path(info.path)
         try:
             st = os.lstat(path)
         except (FileNotFoundError, NotADirectoryError) as error:
-            raise errors.LayoutError(
-                f"shard {info.path} listed by the manifest is missing", rule="FILE_MISSING",
-                path=path,
-            ) from error
+            raise errors.LayoutError(f"shard {info.path} listed by the manifest is missing",
+                                     rule="FILE_MISSING", path=path) from error
         except OSError as error:  # ELOOP, ENAMETOOLONG, EACCES...
             raise errors.UnsafePathError(f"cannot stat shard ({error.strerror})",
                                          path=path) from error
         if not stat.S_ISREG(st.st_mode):
             raise errors.UnsafePathError("a shard must be a regular file", path=path)
         if st.st_size != info.bytes:
-            raise ShardChecksumError(
+            raise errors.ShardChecksumError(
                 f"shard is {st.st_size} bytes, manifest says {info.bytes}", rule="SHARD_SIZE",
-                path=path,
-            )
+                path=path)
 
 
 def _check_size(path: str, expected: int) -> None:
@@ -504,9 +381,55 @@ def _check_size(path: str, expected: int) -> None:
     except OSError as error:  # ELOOP, ENAMETOOLONG, EACCES...
         raise errors.UnsafePathError(f"cannot stat shard ({error.strerror})", path=path) from error
     if size != expected:
-        raise ShardChecksumError(
-            f"shard is {size} bytes, manifest says {expected}", rule="SHARD_SIZE", path=path
-        )
+        raise errors.ShardChecksumError(f"shard is {size} bytes, manifest says {expected}",
+                                        rule="SHARD_SIZE", path=path)
+
+
+class ShardWorkingSet:
+    """Which shards a sequence of batches needs at each step: the ones in use, and the next
+    ``ahead`` shards by first use (to prefetch)."""
+
+    def __init__(self, batches: Sequence[np.ndarray], starts: np.ndarray, ahead: int = 2) -> None:
+        steps = len(batches)
+        num_shards = len(starts)
+        self.first = np.full(num_shards, steps, np.int64)
+        self.last = np.full(num_shards, -1, np.int64)
+        for t, b in enumerate(batches):
+            ks = np.unique(np.searchsorted(starts, np.asarray(b, np.int64), side="right") - 1)
+            self.first[ks] = np.minimum(self.first[ks], t)
+            self.last[ks] = t
+        self.by_first = [int(k) for k in np.argsort(self.first, kind="stable") if self.last[k] >= 0]
+        self.rank_of = {k: r for r, k in enumerate(self.by_first)}
+        self.ahead = int(ahead)
+
+    def wanted(self, lo: int, hi: int | None = None) -> list[int]:
+        """Shards used by any step in [lo, hi], then the next ``ahead`` ones not started by hi."""
+        hi = lo if hi is None else hi
+        first, last = self.first, self.last
+        active = [k for k in self.by_first if first[k] <= hi and last[k] >= lo]
+        top = max((self.rank_of[k] for k in active), default=-1)
+        nxt = self.by_first[top + 1 : top + 1 + self.ahead]
+        return active + [k for k in nxt if first[k] > hi]
+
+
+class ShardFollower:
+    """Pins and prefetches, for a remote root, the shards the next batches need (a no-op for
+    local roots); the working set changes once per shard, not per batch."""
+
+    def __init__(self, ds: ShardedDataset, batches: Sequence[np.ndarray], ahead: int) -> None:
+        self.ds = ds
+        self.working = (ShardWorkingSet(batches, ds.starts, ahead)
+                        if ds.is_remote and len(batches) else None)
+        self._pinned: list[int] | None = None
+
+    def step(self, t: int, t_last: int | None = None) -> None:
+        """Batches t .. t_last (default t) are about to be gathered."""
+        if self.working is None:
+            return
+        wanted = self.working.wanted(t, t_last)
+        if wanted != self._pinned:
+            self._pinned = wanted
+            self.ds.keep_shards(wanted)
 
 
 def _reopen(root: str, options: dict, write_id: str) -> ShardedDataset:
@@ -514,8 +437,3 @@ def _reopen(root: str, options: dict, write_id: str) -> ShardedDataset:
     if ds.manifest.write_id != write_id:
         raise errors.DatasetChangedError("the manifest was republished since pickling", path=root)
     return ds
-
-
-def open_sharded(root: str | os.PathLike[str], **options: Any) -> ShardedDataset:
-    """Open a sharded (1.1) dataset, local or remote; see `ShardedDataset` for options."""
-    return ShardedDataset(root, **options)

@@ -363,7 +363,7 @@ def commit(
             )
         )
         first += m.num_samples
-    from detfmt import __version__
+    from detfmt.version import __version__
 
     manifest = Manifest(
         format="detfmt",

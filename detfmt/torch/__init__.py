@@ -1,7 +1,7 @@
 """Torch adapter: batches as uint8 tensors (torch is imported only here and in detfmt.augment).
 
-- `Loader`: threaded, prefetching batches with reusable buffers (the fast path), over 1.0
-  directories and sharded (1.1) roots, local or remote (elastic order, SPEC §19.6).
+- `Loader`: threaded, prefetching batches with reusable buffers (the fast path), over any
+  detfmt dataset: a 1.0 directory, a sharded root, local or remote.
 - `DetectionDataset` + `collate`: a map-style Dataset for `DataLoader(num_workers=...)`.
 - `RingDataLoader`: DataLoader workers that fill preallocated shared buffers (no per-batch shm).
 """

@@ -1,21 +1,21 @@
 """Optional GPU JPEG decode (torchvision.io.decode_jpeg, nvjpeg) for Loader(gpu_decode=True).
 
 torchvision is not a dependency: without a CUDA build of it the loader refuses with a message
-that says what is missing, instead of silently decoding on the CPU.
+that says what is missing, instead of silently decoding on the CPU. The payloads come from the
+gather engine (the batch was located and checked there); non-JPEG samples of a mixed batch are
+decoded on the CPU by the engine and copied over.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import torch
 
+from detfmt import spec
 from detfmt.errors import UsageError
+from detfmt.gather import Gather, Job
 
 __all__ = ["GpuJpegDecoder", "gpu_decode_unavailable_reason"]
-
-CODEC_JPEG = 2
 
 
 def gpu_decode_unavailable_reason(device: torch.device | None) -> str | None:
@@ -47,27 +47,28 @@ class GpuJpegDecoder:
         self.device = device
         self._decode = torchvision.io.decode_jpeg
 
-    def wants(self, gather: Any, indices: np.ndarray) -> bool:
-        return bool((gather.codecs[indices] == CODEC_JPEG).any())
+    def wants(self, job: Job) -> bool:
+        return bool((job.codecs == spec.CODEC_JPEG).any())
 
-    def decode_batch(
-        self, gather: Any, indices: np.ndarray, shape: tuple[int, int, int, int], pad_value: int
-    ) -> torch.Tensor:
+    def decode_batch(self, engine: Gather, job: Job, shape: tuple[int, int, int, int],
+                     pad_value: int) -> torch.Tensor:
         out = torch.full(shape, pad_value, dtype=torch.uint8, device=self.device)
-        jpeg = [j for j, i in enumerate(indices.tolist()) if gather.codecs[i] == CODEC_JPEG]
-        payloads = []
-        for j in jpeg:
-            i = int(indices[j])
-            start, size = int(gather.offsets[i]), int(gather.nbytes[i])
-            payloads.append(torch.from_numpy(np.array(gather.blob[start : start + size])))
+        jpeg = np.flatnonzero(job.codecs == spec.CODEC_JPEG).tolist()
+        payloads = [torch.from_numpy(np.array(engine.payload(job, j))) for j in jpeg]
         decoded = self._decode(payloads, device=self.device) if payloads else []
         for j, image in zip(jpeg, decoded, strict=True):
-            h, w = image.shape[1], image.shape[2]
+            h, w = int(job.heights[j]), int(job.widths[j])
+            if tuple(image.shape[1:]) != (h, w):
+                from detfmt.errors import DecodeError
+
+                raise DecodeError(f"JPEG is {image.shape[1]}x{image.shape[2]}, index says "
+                                  f"{h}x{w}", rule="IMAGE_DECODE", index=int(job.indices[j]))
             out[j, :h, :w] = image.permute(1, 2, 0)
-        for j, i in enumerate(indices.tolist()):
-            if gather.codecs[i] != CODEC_JPEG:
-                h, w = (int(v) for v in gather.sizes[i])
-                host = np.empty((h, w, 3), np.uint8)
-                gather.read_into(i, host)
-                out[j, :h, :w] = torch.from_numpy(host).to(self.device)
+        other = np.flatnonzero(job.codecs != spec.CODEC_JPEG)
+        if len(other):
+            h, w = shape[1], shape[2]
+            host = np.empty((len(job), h, w, 3), np.uint8)
+            engine.fill(job, host, pad_value)  # the CPU path: checks and typed errors
+            for j in other.tolist():
+                out[j] = torch.from_numpy(host[j]).to(self.device)
         return out

@@ -10,7 +10,6 @@ it just uses memory).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -62,27 +61,30 @@ class BufferRing:
         self.shared = shared
         self.slots: list[Slot] = []
         self._lock = threading.Lock()
-        self.on_grow: Callable[[Slot], None] | None = None
 
     def acquire(self, min_capacity: int = 0) -> Slot:
-        """A slot nobody references, marked busy until ``release``."""
+        """A slot nobody references, marked busy until ``release``.
+
+        A free slot too small for ``min_capacity`` is replaced by a larger one (buffers follow
+        the largest batch seen), so the ring holds no more slots than batches in flight or held.
+        """
         need = max(self.capacity, int(min_capacity))
         with self._lock:
-            for slot in self.slots:
-                if (
-                    not slot.busy
-                    and slot.capacity >= need
-                    and not slot.referenced()
-                    and slot.copy_done()
-                ):
+            small = None
+            for k, slot in enumerate(self.slots):
+                if slot.busy or slot.referenced() or not slot.copy_done():
+                    continue
+                if slot.capacity >= need:
                     slot.busy = True
                     slot.event = None
                     return slot
-            slot = Slot(len(self.slots), need, self.pin, self.shared)
+                small = k
+            slot = Slot(len(self.slots) if small is None else small, need, self.pin, self.shared)
             slot.busy = True
-            self.slots.append(slot)
-            if self.on_grow is not None:
-                self.on_grow(slot)
+            if small is None:
+                self.slots.append(slot)
+            else:
+                self.slots[small] = slot
             return slot
 
     def release(self, slot: Slot) -> None:

@@ -1,111 +1,88 @@
 """DataLoader compatibility: a map-style Dataset + collate, and a worker loader with a shared ring.
 
 - `DetectionDataset` is a standard ``torch.utils.data.Dataset`` (works with ``DistributedSampler``
-  and any sampler). It pickles only the dataset path, so each worker re-opens the memmap; items are
-  per-sample dicts and `collate` pads them into a `Batch`. Convenient, but a stock DataLoader then
-  copies every batch into fresh shared memory (~37 ms per 29 MB batch measured here).
-- `RingDataLoader` keeps DataLoader's worker processes but has them gather whole batches into a
-  ring of preallocated shared-memory buffers and return only the slot id, so multi-process
-  loading is never slower than one process and scales decode-bound codecs.
+  and any sampler) over any detfmt dataset. It pickles the dataset's location and identity only,
+  so each worker re-opens it (and refuses a dataset replaced in between); items come from
+  ``ds[i]`` (every check of the reader) and `collate` pads them into a `Batch`. Convenient, but a
+  stock DataLoader then copies every batch into fresh shared memory.
+- `RingDataLoader` keeps DataLoader's worker processes but has them gather whole batches, through
+  the gather engine, into a ring of preallocated shared-memory buffers and return only the slot
+  id, so multi-process loading is never slower than one process and scales decode-bound codecs.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
-from pathlib import Path
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 import torch.utils.data as tud
 
-from detfmt.errors import DatasetChangedError, UsageError
-from detfmt.torch._gather import Gatherer, dataset_path
+from detfmt.errors import UsageError
+from detfmt.gather import check_canvas
+from detfmt.order import DEFAULT_SHARD_WINDOW, Schedule
+from detfmt.protocol import DatasetLike
 from detfmt.torch._ring import BufferRing, Slot
-from detfmt.torch._schedule import EpochSchedule, default_quasi_block
 from detfmt.torch.batch import Batch
+from detfmt.torch.loader import default_rank_world, open_dataset
 
 __all__ = ["DetectionDataset", "RingDataLoader", "collate"]
 
 
-def _open(path: Path | str) -> Any:
-    import detfmt
+class _Reopen:
+    """A dataset that reaches worker processes as its identity and is re-opened there on first
+    use, pickled (spawn) or inherited (fork) alike: a worker never uses its parent's mappings,
+    threads or descriptors, unpickling never touches the files, and a dataset replaced since
+    the parent opened it fails on the worker's first read (`DatasetChangedError`)."""
 
-    return detfmt.open(path)
+    def __init__(self, ds: DatasetLike) -> None:
+        self._ds: DatasetLike | None = ds
+        self._pid = os.getpid()
+        self._reduced: tuple[Callable[..., DatasetLike], tuple] = ds.__reduce__()  # type: ignore[assignment]
 
+    @property
+    def ds(self) -> DatasetLike:
+        if self._ds is None or self._pid != os.getpid():
+            opener, args = self._reduced
+            self._ds = opener(*args)
+            self._pid = os.getpid()
+        return self._ds
 
-def _is_sharded(ds: Any) -> bool:
-    from detfmt.shard.sharded import ShardedDataset
-
-    return isinstance(ds, ShardedDataset)
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_ds": None, "_pid": None, "_reduced": self._reduced}
 
 
 class DetectionDataset(tud.Dataset):
     """Map-style dataset of samples: ``{"image", "boxes", "classes", "index", "size"}`` tensors.
 
     ``image`` is (H, W, 3) uint8 (or (3, H, W) with ``layout="CHW"``), a copy the caller owns.
-    Pickling sends the path only; the memmaps are re-opened lazily in each worker.
     """
 
     def __init__(self, ds_or_path: Any, layout: str = "HWC") -> None:
         if layout not in ("CHW", "HWC"):
             raise UsageError(f"layout must be 'CHW' or 'HWC', got {layout!r}")
-        if isinstance(ds_or_path, (str, os.PathLike)):
-            text = os.fspath(ds_or_path)
-            self.path: Path | str = text if "://" in text else Path(text)  # URL: a sharded root
-            self._ds = None
-        elif _is_sharded(ds_or_path):
-            self.path = ds_or_path.root
-            self._ds = ds_or_path
-        else:
-            self.path = dataset_path(ds_or_path)
-            self._ds = ds_or_path
+        self._source = _Reopen(open_dataset(ds_or_path))
         self.layout = layout
-        self._len = len(self.ds)
+        self._len = len(self._source.ds)
 
     @property
-    def ds(self) -> Any:
-        if self._ds is None:
-            ds = _open(self.path)
-            expected = getattr(self, "_generation", None)  # set when unpickled in a worker
-            if expected is not None and getattr(ds, "generation", None) != expected:
-                raise DatasetChangedError("the dataset was replaced after the main process "
-                                          "opened it; restart the loader", path=self.path)
-            self._ds = ds
-        return self._ds
-
-    def __getstate__(self) -> dict[str, Any]:
-        if _is_sharded(self.ds):  # pickles as (root, open options, write_id): checked on reopen
-            return {"path": self.path, "layout": self.layout, "_len": self._len, "_ds": self.ds,
-                    "_generation": None}
-        # the files' identities travel with the path, so a worker never mixes two versions
-        return {"path": self.path, "layout": self.layout, "_len": self._len, "_ds": None,
-                "_generation": getattr(self.ds, "generation", None)}
+    def ds(self) -> DatasetLike:
+        return self._source.ds
 
     def __len__(self) -> int:
         return self._len
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
-        ds = self.ds
-        if _is_sharded(ds):  # the sample's own shard reader (S-5)
-            shard, local = ds.locate(index)  # checks the index (UsageError / IndexError)
-            ds = ds.shard(shard)
-            h, w, _ = ds.image_shape(local)
-            return self._item(ds, local, index, h, w)
-        h, w, _ = ds.image_shape(index)  # checks the index (UsageError / IndexError)
-        return self._item(ds, index, index, h, w)
-
-    def _item(self, ds: Any, index: int, global_index: int, h: int, w: int
-              ) -> dict[str, torch.Tensor]:
-        image = torch.empty((h, w, 3), dtype=torch.uint8)
-        ds.decode_into(index, image.numpy())
-        count = int(ds.counts[index])
+        sample = self.ds[index]  # checks the index, the record and the labels
+        h, w = sample.image.shape[:2]
+        image = torch.from_numpy(np.array(sample.image))
         return {
             "image": image if self.layout == "HWC" else image.permute(2, 0, 1),
-            "boxes": torch.from_numpy(np.array(ds.boxes[index, :count], dtype=np.float32)),
-            "classes": torch.from_numpy(np.array(ds.classes[index, :count], dtype=np.int32)),
-            "index": torch.tensor(int(global_index) % self._len, dtype=torch.int64),
+            "boxes": torch.from_numpy(np.asarray(sample.boxes, dtype=np.float32)),
+            "classes": torch.from_numpy(np.asarray(sample.classes, dtype=np.int32)),
+            "index": torch.tensor(sample.index, dtype=torch.int64),
             "size": torch.tensor([h, w], dtype=torch.int32),
         }
 
@@ -140,43 +117,33 @@ def collate(samples: Sequence[dict[str, torch.Tensor]], pad_value: int = 0) -> B
 
 
 class _RingBatches(tud.Dataset):
-    """Worker side: item (indices, slot id) -> gather into the shared slot, return labels only."""
+    """Worker side: item (indices, slot id, shape) -> gather into the shared slot, return the
+    labels and sizes only."""
 
-    def __init__(self, path: Path, slots: list[torch.Tensor], io: str, pad_value: int,
-                 generation: Any = None) -> None:
-        self.path = path
+    def __init__(self, source: _Reopen, slots: list[torch.Tensor], io: str, pad_value: int
+                 ) -> None:
+        self.source = source
         self.slots = slots  # shared-memory tensors: pickled by handle, never by value
         self.io = io
         self.pad_value = pad_value
-        self.generation = generation  # the main process's file identities
-        self._gather: Gatherer | None = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["_gather"] = None
-        return state
 
     def __len__(self) -> int:  # the sampler drives; DataLoader asks only for len()
         return 0
 
     def __getitem__(self, item: tuple[np.ndarray, int, tuple[int, int]]) -> tuple:
         indices, slot_id, (height, width) = item
-        if self._gather is None:
-            ds = _open(self.path)
-            if self.generation is not None and getattr(ds, "generation", None) != self.generation:
-                raise DatasetChangedError("the dataset was replaced after the loader opened it; "
-                                          "restart the loader", path=self.path)
-            self._gather = Gatherer(ds, io=self.io)
+        engine = self.source.ds.engine
+        job = engine.job(indices)
         shape = (len(indices), height, width, 3)
         if slot_id >= 0:
             target = self.slots[slot_id].numpy()[: int(np.prod(shape))].reshape(shape)
-            self._gather.fill(indices, target, self.pad_value)
             images = None
         else:  # every ring slot is held by the user: fall back to a fresh (shared) tensor
             images = torch.empty(shape, dtype=torch.uint8)
-            self._gather.fill(indices, images.numpy(), self.pad_value)
-        boxes, classes, mask, fields = self._gather.labels(indices)
-        return indices, slot_id, shape, images, boxes, classes, mask, fields
+            target = images.numpy()
+        boxes, classes, mask, fields = engine.labels(job)
+        engine.fill(job, target, self.pad_value, io=self.io)
+        return indices, slot_id, shape, images, boxes, classes, mask, fields, job.sizes
 
 
 def _identity(item: Any) -> Any:
@@ -186,7 +153,7 @@ def _identity(item: Any) -> Any:
 class _RingSampler(tud.Sampler):
     """Main-process side: yields (indices, slot, shape) and assigns a free slot to each batch.
 
-    It reads the owner's current epoch plan at each ``iter()``, so one DataLoader with
+    It reads the owner's current epoch batches at each ``iter()``, so one DataLoader with
     persistent workers serves every epoch.
     """
 
@@ -194,25 +161,25 @@ class _RingSampler(tud.Sampler):
         self.owner = owner
 
     def __len__(self) -> int:
-        batches, start = self.owner._plan
-        return len(batches) - start
+        return len(self.owner._batches)
 
     def __iter__(self) -> Iterator[tuple[np.ndarray, int, tuple[int, int]]]:
         owner = self.owner
-        batches, start = owner._plan
-        for indices in batches[start:]:
-            shape = owner.canvas or owner.gather.batch_shape(indices)
+        for indices in owner._batches:
+            shape = owner.canvas or owner._shape(indices)
             slot = owner.ring.try_acquire(len(indices) * shape[0] * shape[1] * 3)
             owner.in_flight.append(slot)
             yield indices, (slot.index if slot is not None else -1), shape
 
 
-class RingDataLoader(EpochSchedule):
+class RingDataLoader:
     """Batches from DataLoader worker processes that fill a ring of preallocated shared buffers.
 
-    Same order, resume state and buffer-reuse contract as `Loader` (a batch you hold is never
-    overwritten; if you hold every ring slot, the next batch travels the slow, fresh-shared-memory
-    way instead). ``ring`` defaults to ``num_workers * prefetch_factor + 2`` slots.
+    Same order, resume state and buffer-reuse contract as `Loader`, over any detfmt dataset (a
+    batch you hold is never overwritten; if you hold every ring slot, the next batch travels the
+    slow, fresh-shared-memory way instead). ``ring`` defaults to
+    ``num_workers * prefetch_factor + 2`` slots, each as large as the largest batch of the
+    dataset (or ``canvas``).
     """
 
     def __init__(
@@ -236,30 +203,33 @@ class RingDataLoader(EpochSchedule):
         multiprocessing_context: Any = None,
         quasi_block: int | None = None,
         quasi_window: int = 8,
+        shard_window: int = DEFAULT_SHARD_WINDOW,
     ) -> None:
         if layout not in ("CHW", "HWC"):
             raise UsageError(f"layout must be 'CHW' or 'HWC', got {layout!r}")
-        if not isinstance(num_workers, int) or num_workers < 1:
+        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
             raise UsageError(f"num_workers must be >= 1 (one process: use Loader): {num_workers}")
-        ds = _open(Path(ds_or_path)) if isinstance(ds_or_path, (str, os.PathLike)) else ds_or_path
-        if _is_sharded(ds):
-            raise UsageError("RingDataLoader reads 1.0 datasets; for a sharded dataset use Loader "
-                             "(threads over the mapped shards, the elastic order of SPEC §19.6)")
-        self.path = dataset_path(ds)
-        self.gather = Gatherer(ds, io=io)
+        self.ds = open_dataset(ds_or_path)
         order = order if order is not None else ("random" if shuffle else "sequential")
-        self._init_schedule(
-            len(ds), batch_size, seed, drop_last, rank, world_size, order,
-            quasi_block or default_quasi_block(self.gather.nbytes), quasi_window,
-        )
+        rank, world_size = default_rank_world(rank, world_size)
+        self.schedule = Schedule(
+            self.ds.order_spec(order, shard_window=shard_window, quasi_block=quasi_block,
+                               quasi_window=quasi_window),
+            batch_size=batch_size, seed=seed, rank=rank, world_size=world_size,
+            drop_last=drop_last)
         self.layout = layout
+        if canvas is not None:
+            canvas = check_canvas(canvas)
         self.canvas = canvas
-        max_h, max_w = canvas if canvas is not None else self.gather.max_hw
+        self._sizes = self.ds.sizes  # (N, 2): slots are sized once, workers cannot grow them
+        max_h, max_w = canvas if canvas is not None else (
+            (int(self._sizes[:, 0].max()), int(self._sizes[:, 1].max())) if len(self._sizes)
+            else (1, 1))
         self.ring = _SharedRing(batch_size * max_h * max_w * 3)
         for _ in range(ring if ring is not None else num_workers * prefetch_factor + 2):
             self.ring.add()
         self.in_flight: list[Slot | None] = []
-        self._plan: tuple[list[np.ndarray], int] = ([], 0)
+        self._batches: list[np.ndarray] = []
         self._loader: tud.DataLoader | None = None
         self.num_workers = num_workers
         self.prefetch_factor = prefetch_factor
@@ -267,30 +237,48 @@ class RingDataLoader(EpochSchedule):
         self.pad_value = pad_value
         self.multiprocessing_context = multiprocessing_context
 
+    def _shape(self, indices: np.ndarray) -> tuple[int, int]:
+        if not len(indices):
+            return (1, 1)
+        sizes = self._sizes[indices]
+        return int(sizes[:, 0].max()), int(sizes[:, 1].max())
+
+    # the schedule, as `Loader` has it
+    def __len__(self) -> int:
+        return len(self.schedule)
+
+    @property
+    def epoch(self) -> int:
+        return self.schedule.epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        self.schedule.set_epoch(epoch)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.schedule.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.schedule.load_state_dict(state)
+
+    def rank_batches(self, epoch: int | None = None) -> list[np.ndarray]:
+        return self.schedule.rank_batches(epoch)
+
     def _dataloader(self) -> tud.DataLoader:
         """One DataLoader whose persistent workers (and their slot mappings) serve every epoch."""
         if self._loader is None:
-            source = _RingBatches(
-                self.path, [slot.tensor for slot in self.ring.slots], self.io, self.pad_value,
-                getattr(self.gather.ds, "generation", None),
-            )
+            source = _RingBatches(_Reopen(self.ds), [slot.tensor for slot in self.ring.slots],
+                                  self.io, self.pad_value)
             self._loader = tud.DataLoader(
-                source,
-                batch_size=None,
-                sampler=_RingSampler(self),
-                num_workers=self.num_workers,
-                collate_fn=_identity,
-                prefetch_factor=self.prefetch_factor,
-                persistent_workers=True,
-                multiprocessing_context=self.multiprocessing_context,
-            )
+                source, batch_size=None, sampler=_RingSampler(self),
+                num_workers=self.num_workers, collate_fn=_identity,
+                prefetch_factor=self.prefetch_factor, persistent_workers=True,
+                multiprocessing_context=self.multiprocessing_context)
         return self._loader
 
     def __iter__(self) -> Iterator[Batch]:
-        batches, start = self._begin_epoch()
-        self._plan = (batches, start)
+        self._batches = self.schedule.begin_epoch()
         self.in_flight = []
-        return self._run(self._dataloader(), start, len(batches))
+        return self._run(self._dataloader(), len(self._batches))
 
     def close(self) -> None:
         """Stop the worker processes (they also stop when the loader is garbage collected)."""
@@ -299,10 +287,10 @@ class RingDataLoader(EpochSchedule):
         if iterator is not None:
             iterator._shutdown_workers()
 
-    def _run(self, loader: tud.DataLoader, start: int, total: int) -> Iterator[Batch]:
-        position = start
+    def _run(self, loader: tud.DataLoader, total: int) -> Iterator[Batch]:
+        position = 0
         try:
-            for indices, slot_id, shape, images, boxes, classes, mask, fields in loader:
+            for indices, slot_id, shape, images, boxes, classes, mask, fields, sizes in loader:
                 slot = self.in_flight.pop(0)
                 if slot is not None and slot.index != slot_id:
                     raise RuntimeError("detfmt RingDataLoader: batches arrived out of order")
@@ -313,13 +301,13 @@ class RingDataLoader(EpochSchedule):
                 else:
                     images = torch.as_tensor(images)
                 position += 1
-                self.batches_done = position
+                self.schedule.mark(position)
                 yield Batch(
                     images=images if self.layout == "HWC" else images.permute(0, 3, 1, 2),
                     boxes=torch.as_tensor(boxes),
                     classes=torch.as_tensor(classes),
                     mask=torch.as_tensor(mask),
-                    sizes=torch.from_numpy(np.ascontiguousarray(self.gather.sizes[indices])),
+                    sizes=torch.as_tensor(sizes),
                     indices=torch.as_tensor(np.ascontiguousarray(indices)),
                     extras={name: torch.as_tensor(v) for name, v in fields.items()},
                 )

@@ -1,16 +1,20 @@
-"""`Loader`: threaded, prefetching batch iterator over a detfmt dataset.
+"""`Loader`: threaded, prefetching batch iterator over any detfmt dataset.
 
 Why threads in one process: numpy copies, zstd and libjpeg-turbo decodes release the GIL, so
 threads reach memory bandwidth without pickling or shared-memory allocation per batch (a stock
 DataLoader with workers falls to a quarter of one process on raw data). Each batch is gathered by
-one thread into a reusable HWC buffer; images are handed out as a ``channels_last`` (B, 3, H, W)
-view of it, so nobody pays for a transpose.
+one thread, through the dataset's gather engine (`detfmt.gather`: the checks and copies every
+read path shares), into a reusable HWC buffer; images are handed out as a ``channels_last``
+(B, 3, H, W) view of it, so nobody pays for a transpose.
 
 Buffer-reuse contract: a batch's tensors stay valid for as long as you hold any of them (or a view
 of them). The loader reuses a buffer only when no tensor outside it references its storage, and
 allocates another buffer rather than overwrite one you hold. Holding many batches therefore costs
 memory, never correctness. With ``device="cuda"``, the pinned buffer is reused once the
 non-blocking copy has completed.
+
+Order and resume are `detfmt.order.Schedule`'s, the same for every kind of dataset: the batches
+of ``ds.plan(...)``, and a ``state_dict()`` that resumes on any world size and batch size.
 """
 
 from __future__ import annotations
@@ -20,81 +24,76 @@ import os
 import threading
 from collections import deque
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from detfmt import api
 from detfmt.errors import UsageError
-from detfmt.torch._gather import Gatherer
+from detfmt.gather import IO_MODES, Job, check_canvas
+from detfmt.order import DEFAULT_SHARD_WINDOW, Schedule
+from detfmt.protocol import DatasetLike
 from detfmt.torch._ring import BufferRing, Slot
-from detfmt.torch._schedule import ElasticSchedule, EpochSchedule, default_quasi_block
 from detfmt.torch.batch import Batch
 
-__all__ = ["Loader", "ShardedLoader"]
+__all__ = ["Loader", "default_rank_world", "open_dataset"]
 
 
-def _open(ds_or_path: Any, options: dict[str, Any] | None = None) -> Any:
+def open_dataset(ds_or_path: Any, options: dict[str, Any] | None = None) -> DatasetLike:
+    """An opened dataset: ``ds_or_path`` itself, or `detfmt.open` of a path or URL."""
     if isinstance(ds_or_path, (str, os.PathLike)):
-        import detfmt
-
-        text = os.fspath(ds_or_path)
-        return detfmt.open(text if "://" in text else Path(text), **(options or {}))
+        return api.open_dataset(ds_or_path, **(options or {}))
     if options:
         raise UsageError("open_options apply when the loader opens a path or URL itself")
+    if not isinstance(ds_or_path, DatasetLike):
+        raise UsageError(f"expected a detfmt dataset, a path or a URL, got "
+                         f"{type(ds_or_path).__name__}")
     return ds_or_path
 
 
-def _is_sharded(ds: Any) -> bool:
-    from detfmt.shard.sharded import ShardedDataset
+def default_rank_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
+    """(rank, world_size) as given, else from an initialized torch.distributed, else (0, 1)."""
+    if rank is None and world_size is None:
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+        return 0, 1
+    if rank is None or world_size is None:
+        raise UsageError("pass both rank and world_size, or neither")
+    return rank, world_size
 
-    return isinstance(ds, ShardedDataset)
 
-
-class Loader(EpochSchedule):
+class Loader:
     """Iterate over batches of a detfmt dataset (an iterable; one epoch per ``iter()``).
 
     Args:
-        ds_or_path: an open dataset (``detfmt.open``, 1.0 or sharded), a 1.0 directory, or a
-            sharded root (a directory with manifest.json, or a URL such as ``s3://b/ds``).
+        ds_or_path: an open dataset (``detfmt.open``), a 1.0 directory, or a sharded root (a
+            directory with manifest.json, or a URL such as ``s3://b/ds``).
         batch_size: samples per batch on this rank.
         shuffle: ``order="random"`` when True, ``"sequential"`` when False (unless ``order`` set).
-        seed: the order's seed (docs/spec-order.md); with ``set_epoch`` it fixes every batch.
-        drop_last: drop the last incomplete global batch; default True when distributed.
-        rank, world_size: this process's share (rule O-6); default from torch.distributed.
+        seed: the order's seed (SPEC §18); with ``set_epoch`` it fixes every batch.
+        drop_last: drop the tail shorter than a global batch; default True when distributed.
+        rank, world_size: this process's share (S-19); default from torch.distributed.
         num_threads: gather threads (each fills whole batches).
         prefetch: batches gathered ahead of the consumer.
         pin_memory: gather into page-locked buffers (default: when ``device`` is CUDA).
         device: move each batch there (non-blocking from pinned buffers).
         layout: ``"CHW"`` (a channels_last view) or ``"HWC"``.
-        canvas: (H, W): place every image at the top-left of a fixed canvas (larger images are an
-            error) instead of padding to the batch maximum.
-        order: ``"random"``, ``"quasi_random"`` (near-sequential reads, rule O-4) or
+        canvas: (H, W): place every image at the top-left of a fixed canvas (a larger image is
+            an error) instead of padding to the batch maximum.
+        order: ``"random"``, ``"quasi_random"`` (1.0 datasets: near-sequential reads, O-4) or
             ``"sequential"``.
-        io: ``"mmap"`` (fastest when the blob is in the page cache) or ``"pread"`` (no page
+        io: ``"mmap"`` (fastest when the data is in the page cache) or ``"pread"`` (no page
             faults; use on a cold cache, ideally with ``order="quasi_random"``).
-        quasi_block, quasi_window: rule O-4's L and W; default L = samples per ~8 MiB, W = 8.
+        quasi_block, quasi_window: O-4's L and W; default L = samples per ~8 MiB, W = 8.
         pad_value: value of padding pixels.
         gpu_decode: decode JPEG samples with torchvision.io.decode_jpeg on ``device``.
-        shard_window: sharded datasets only: shards shuffled together (S-18's W; default that
-            of ``ShardedDataset.plan``).
+        shard_window: sharded roots: shards shuffled together (S-18's W).
         open_options: passed to ``detfmt.open`` when ``ds_or_path`` is a path or URL
             (``storage_options``, ``cache_dir``, ``cache_limit``, ``max_open`` for sharded roots).
-        prefetch_shards: sharded remote roots only: shards fetched ahead of the batches in
-            flight (default 2).
-
-    A sharded (1.1) dataset, local or remote, gives a `ShardedLoader` (a subclass): the same
-    batches and buffer contract, in the elastic order of SPEC §19.6.
+        prefetch_shards: remote roots: shards fetched ahead of the batches in flight.
     """
-
-    def __new__(cls, ds_or_path: Any = None, *args: Any, **kwargs: Any) -> Loader:
-        if cls is not Loader:
-            return super().__new__(cls)
-        ds = _open(ds_or_path, kwargs.get("open_options"))
-        self = super().__new__(ShardedLoader if _is_sharded(ds) else Loader)
-        self._opened = ds  # __init__ uses it instead of opening the path a second time
-        return self
 
     def __init__(
         self,
@@ -118,85 +117,135 @@ class Loader(EpochSchedule):
         quasi_window: int = 8,
         pad_value: int = 0,
         gpu_decode: bool = False,
-        shard_window: int | None = None,
+        shard_window: int = DEFAULT_SHARD_WINDOW,
         open_options: dict[str, Any] | None = None,
-        prefetch_shards: int | None = None,
+        prefetch_shards: int = 2,
     ) -> None:
-        if shard_window is not None or prefetch_shards is not None:
-            raise UsageError("shard_window and prefetch_shards apply to sharded (1.1) datasets")
-        self._setup(ds_or_path, batch_size, num_threads, prefetch, pin_memory, device, layout,
-                    pad_value, open_options)
-        order = order if order is not None else ("random" if shuffle else "sequential")
-        self.gather = Gatherer(self.ds, io=io)
-        self._init_schedule(
-            len(self.ds), batch_size, seed, drop_last, rank, world_size, order,
-            quasi_block or default_quasi_block(self.gather.nbytes), quasi_window,
-        )
-        if canvas is not None:
-            canvas = (int(canvas[0]), int(canvas[1]))
-            max_h, max_w = self.gather.max_hw
-            if canvas[0] < max_h or canvas[1] < max_w:
-                raise UsageError(
-                    f"canvas {canvas} is smaller than the largest stored image ({max_h}, {max_w})"
-                )
-        self.canvas = canvas
-        if gpu_decode:
-            from detfmt.torch._gpu import GpuJpegDecoder
-
-            self._gpu = GpuJpegDecoder(self.device)
-        max_h, max_w = canvas if canvas is not None else self.gather.max_hw
-        self.ring = BufferRing(batch_size * max_h * max_w * 3, pin=self.pin_memory)
-
-    def _setup(
-        self, ds_or_path: Any, batch_size: int, num_threads: int | None, prefetch: int | None,
-        pin_memory: bool | None, device: Any, layout: str, pad_value: int,
-        open_options: dict[str, Any] | None,
-    ) -> None:
-        """Arguments shared by both kinds of dataset, and the dataset itself."""
-        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-            raise UsageError(f"batch_size must be a positive int, got {batch_size!r}")
         if layout not in ("CHW", "HWC"):
             raise UsageError(f"layout must be 'CHW' or 'HWC', got {layout!r}")
-        opened = self.__dict__.pop("_opened", None)
-        self.ds = opened if opened is not None else _open(ds_or_path, open_options)
-        threads = num_threads if num_threads is not None else min(4, os.cpu_count() or 1)
-        self.num_threads = int(threads)
-        if self.num_threads < 1:
-            raise UsageError(f"num_threads must be >= 1, got {num_threads}")
+        if io not in IO_MODES:
+            raise UsageError(f"io must be one of {IO_MODES}, got {io!r}")
+        for name, value, low in (("num_threads", num_threads, 1), ("prefetch", prefetch, 1),
+                                 ("prefetch_shards", prefetch_shards, 0)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or value < low):
+                raise UsageError(f"{name} must be an int >= {low}, got {value!r}")
+        self.ds = open_dataset(ds_or_path, open_options)
+        order = order if order is not None else ("random" if shuffle else "sequential")
+        rank, world_size = default_rank_world(rank, world_size)
+        spec = self.ds.order_spec(order, shard_window=shard_window, quasi_block=quasi_block,
+                                  quasi_window=quasi_window)
+        self.schedule = Schedule(spec, batch_size=batch_size, seed=seed, rank=rank,
+                                 world_size=world_size, drop_last=drop_last)
+        self.engine = self.ds.engine
+        self.num_threads = int(num_threads if num_threads is not None
+                               else min(4, os.cpu_count() or 1))
         self.prefetch = int(prefetch if prefetch is not None else 2 * self.num_threads)
-        if self.prefetch < 1:
-            raise UsageError(f"prefetch must be >= 1, got {prefetch}")
+        self.prefetch_shards = prefetch_shards
         self.device = torch.device(device) if device is not None else None
         cuda = self.device is not None and self.device.type == "cuda"
         self.pin_memory = bool(cuda if pin_memory is None else pin_memory)
         if self.pin_memory and not torch.cuda.is_available():
             raise UsageError("pin_memory=True needs CUDA (torch.cuda.is_available() is False)")
         self.layout = layout
+        self.io = io
         self.pad_value = int(pad_value)
+        self.canvas = None
+        if canvas is not None:
+            self.canvas = check_canvas(canvas)
         self._gpu = None
+        if gpu_decode:
+            from detfmt.torch._gpu import GpuJpegDecoder
+
+            self._gpu = GpuJpegDecoder(self.device)
+        height, width = self.canvas or (0, 0)  # buffers grow to what the batches need
+        self.ring = BufferRing(batch_size * height * width * 3, pin=self.pin_memory)
+
+    # -- schedule ------------------------------------------------------------------------------
+
+    @property
+    def batch_size(self) -> int:
+        return self.schedule.batch_size
+
+    @property
+    def rank(self) -> int:
+        return self.schedule.rank
+
+    @property
+    def world_size(self) -> int:
+        return self.schedule.world_size
+
+    @property
+    def seed(self) -> int:
+        return self.schedule.seed
+
+    @property
+    def epoch(self) -> int:
+        return self.schedule.epoch
+
+    @property
+    def samples_seen(self) -> int:
+        """Position in this epoch's global order (S-20)."""
+        return self.schedule.samples_seen
+
+    @property
+    def order(self) -> str:
+        return self.schedule.spec.order
+
+    @property
+    def drop_last(self) -> bool:
+        return self.schedule.drop_last
+
+    @property
+    def n(self) -> int:
+        return self.schedule.num_samples
+
+    def __len__(self) -> int:
+        return len(self.schedule)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch whose order the next ``iter()`` runs (restarting it)."""
+        self.schedule.set_epoch(epoch)
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{seed, epoch, samples_seen}`` and the order's configuration: resumes on any world
+        size and batch size (S-20)."""
+        return self.schedule.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue where ``state`` stopped (any world size, batch size or thread count)."""
+        self.schedule.load_state_dict(state)
+
+    def epoch_order(self, epoch: int | None = None) -> np.ndarray:
+        """The global sample order of an epoch, before rank slicing and tail handling."""
+        return self.schedule.epoch_order(epoch)
+
+    def rank_batches(self, epoch: int | None = None) -> list[np.ndarray]:
+        """This rank's batches of a whole epoch."""
+        return self.schedule.rank_batches(epoch)
 
     # -- iteration -----------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[Batch]:
-        batches, start = self._begin_epoch()
-        return self._run(batches, start)
+        batches = self.schedule.begin_epoch()
+        return self._run(batches)
 
-    def _run(self, batches: list[np.ndarray], start: int) -> Iterator[Batch]:
+    def _run(self, batches: list[np.ndarray]) -> Iterator[Batch]:
+        follower = self.ds.follow(batches, self.prefetch_shards)
         pool = cf.ThreadPoolExecutor(self.num_threads, thread_name_prefix="detfmt-loader")
         pending: deque[cf.Future] = deque()
         stop = threading.Event()
-        position = start
-        submitted = start
+        position = submitted = 0
         try:
             while position < len(batches):
                 while submitted < len(batches) and len(pending) < self.prefetch:
-                    self._before_submit(batches, position, submitted)
+                    follower.step(position, submitted)
                     pending.append(pool.submit(self._job, batches[submitted], stop))
                     submitted += 1
                 batch, slot = pending.popleft().result()  # a failed job released its slot
                 self.ring.release(slot)
                 position += 1
-                self._mark(position, len(batches))
+                self.schedule.mark(position)
                 if self.device is not None:
                     batch = self._to_device(batch, slot)
                 yield batch
@@ -208,73 +257,55 @@ class Loader(EpochSchedule):
             for future in pending:  # gathered but never handed out
                 if future.done() and not future.cancelled() and future.exception() is None:
                     self.ring.release(future.result()[1])
-            if position >= len(batches):
-                self._mark(position, len(batches))
-
-    def _before_submit(self, batches: list[np.ndarray], position: int, submitted: int) -> None:
-        """The main thread, before batch ``submitted`` goes to a gather thread."""
-        if self.order == "quasi_random":  # near-sequential: let the kernel read ahead
-            self.gather.advise(batches[submitted])
 
     def _job(self, indices: np.ndarray, stop: threading.Event) -> tuple[Batch, Slot]:
-        """A gather thread: take a free buffer of the batch's size and fill it."""
+        """A gather thread: locate and check the batch, take a free buffer of its size, fill."""
         if stop.is_set():
             raise cf.CancelledError
-        job = self._prepare(indices)
-        height, width = self.canvas or self._job_shape(job)
-        slot = self.ring.acquire(len(indices) * height * width * 3)
+        job = self.engine.job(indices)
+        if self.io == "pread" and self.order == "quasi_random":
+            self.engine.advise(job)  # near-sequential reads: let the kernel read ahead
+        height, width = self.canvas or tuple(max(1, v) for v in job.shape)
+        need = len(indices) * height * width * 3
+        if need > self.ring.capacity:  # new buffers at the largest size seen so far
+            self.ring.capacity = need
+        slot = self.ring.acquire(need)
         try:
-            return self._fill(job, indices, slot, (height, width)), slot
+            return self._fill(job, slot, (height, width)), slot
         except BaseException:
             self.ring.release(slot)
             raise
 
-    def _prepare(self, indices: np.ndarray) -> Any:
-        return indices
-
-    def _job_shape(self, job: Any) -> tuple[int, int]:
-        return self.gather.batch_shape(job)
-
-    def _job_sizes(self, job: Any) -> np.ndarray:
-        return self.gather.sizes[job]
-
-    def _fill(
-        self, job: Any, indices: np.ndarray, slot: Slot, hw: tuple[int, int]
-    ) -> Batch:
+    def _fill(self, job: Job, slot: Slot, hw: tuple[int, int]) -> Batch:
         height, width = hw
-        shape = (len(indices), height, width, 3)
+        shape = (len(job), height, width, 3)
         count = int(np.prod(shape))
-        if self._gpu is not None and self._gpu.wants(self.gather, indices):
-            hwc = self._gpu.decode_batch(self.gather, indices, shape, self.pad_value)
+        boxes, classes, mask, fields = self.engine.labels(job)
+        if self._gpu is not None and self._gpu.wants(job):
+            hwc = self._gpu.decode_batch(self.engine, job, shape, self.pad_value)
         else:
             previous = None
             layout = slot.layout
             # Only the parts the last gather wrote need clearing, unless someone wrote into the
             # buffer in place since (torch bumps the shared version counter of every view).
-            if (
-                layout is not None
-                and layout[0] == (height, width)
-                and layout[1] == self.pad_value
-                and layout[3] == slot.tensor._version
-            ):
+            if (layout is not None and layout[0] == (height, width)
+                    and layout[1] == self.pad_value and layout[3] == slot.tensor._version):
                 previous = layout[2]
             slot.layout = None  # unknown while the gather runs (an exception leaves it so)
-            extents = self.gather.fill(
-                job, self.ring.view(slot, shape), self.pad_value, previous=previous
-            )
+            extents = self.engine.fill(job, self.ring.view(slot, shape), self.pad_value,
+                                       previous=previous, io=self.io)
             slot.layout = ((height, width), self.pad_value, extents, slot.tensor._version)
             hwc = slot.tensor[:count].view(shape)
-        boxes, classes, mask, fields = self.gather.labels(job)
-        sizes = self._job_sizes(job)
         images = hwc if self.layout == "HWC" else hwc.permute(0, 3, 1, 2)
         return Batch(
             images=images,
-            boxes=torch.from_numpy(boxes),
-            classes=torch.from_numpy(classes),
+            boxes=torch.from_numpy(np.ascontiguousarray(boxes)),
+            classes=torch.from_numpy(np.ascontiguousarray(classes)),
             mask=torch.from_numpy(mask),
-            sizes=torch.from_numpy(np.ascontiguousarray(sizes)),
-            indices=torch.from_numpy(np.ascontiguousarray(indices)),
-            extras={name: torch.from_numpy(value) for name, value in fields.items()},
+            sizes=torch.from_numpy(job.sizes),
+            indices=torch.from_numpy(np.ascontiguousarray(job.indices)),
+            extras={name: torch.from_numpy(np.ascontiguousarray(value))
+                    for name, value in fields.items()},
         )
 
     def _to_device(self, batch: Batch, slot: Slot) -> Batch:
@@ -287,152 +318,10 @@ class Loader(EpochSchedule):
         return moved
 
     def close(self) -> None:
-        """Release the file descriptor and memory maps (the loader is unusable afterwards)."""
-        self.gather.close()
+        """Drop the buffers (the dataset stays open: close it yourself, or let it go)."""
+        self.ring.slots.clear()
 
     def __repr__(self) -> str:
-        return (
-            f"Loader(n={self.n}, batch_size={self.batch_size}, rank={self.rank}/"
-            f"{self.world_size}, order={self.order!r}, epoch={self.epoch}, "
-            f"threads={self.num_threads})"
-        )
-
-
-class ShardedLoader(ElasticSchedule, Loader):
-    """`Loader` over a sharded (1.1) dataset, local or remote: what ``Loader(...)`` returns for one.
-
-    Batches are those of ``ShardedDataset.plan(seed=, epoch=, batch_size=, world_size=, rank=,
-    window=shard_window, shuffle=, drop_last=)`` (elastic order, SPEC §19.6), with the same
-    images, sizes, boxes, classes, mask and indices as ``ShardedDataset.batch``. Resume state is
-    ``{seed, epoch, samples_seen}`` (S-20): valid on any world size and batch size. For remote
-    roots the shards the plan needs next are pinned in the node cache and prefetched
-    (``prefetch_shards`` shards beyond the ones in flight).
-
-    Refused (``UsageError``): ``order="quasi_random"`` (the shard window already keeps reads
-    local), ``io="pread"``, ``quasi_block``, ``gpu_decode=True``.
-    """
-
-    def __init__(
-        self,
-        ds_or_path: Any,
-        batch_size: int,
-        shuffle: bool = True,
-        seed: int = 0,
-        drop_last: bool | None = None,
-        rank: int | None = None,
-        world_size: int | None = None,
-        num_threads: int | None = None,
-        prefetch: int | None = None,
-        pin_memory: bool | None = None,
-        device: torch.device | str | None = None,
-        layout: str = "CHW",
-        *,
-        canvas: tuple[int, int] | None = None,
-        order: str | None = None,
-        io: str = "mmap",
-        quasi_block: int | None = None,
-        quasi_window: int = 8,
-        pad_value: int = 0,
-        gpu_decode: bool = False,
-        shard_window: int | None = None,
-        open_options: dict[str, Any] | None = None,
-        prefetch_shards: int | None = None,
-    ) -> None:
-        from detfmt.shard.order import DEFAULT_SHARD_WINDOW
-        from detfmt.torch._shard_gather import ShardGatherer
-
-        order = order if order is not None else ("random" if shuffle else "sequential")
-        if order not in ("random", "sequential"):
-            raise UsageError(
-                f"order={order!r} is not available for sharded datasets: use 'random' (the "
-                "elastic shard-window order, SPEC §19.6) or 'sequential'"
-            )
-        if io != "mmap":
-            raise UsageError(f"io={io!r} is not available for sharded datasets (shards are "
-                             "memory-mapped; remote ones are cached whole on local disk)")
-        if quasi_block is not None:
-            raise UsageError("quasi_block applies to 1.0 datasets; sharded ones use shard_window")
-        if gpu_decode:
-            raise UsageError("gpu_decode=True is not available for sharded datasets yet")
-        prefetch_shards = 2 if prefetch_shards is None else prefetch_shards
-        if not isinstance(prefetch_shards, int) or prefetch_shards < 0:
-            raise UsageError(f"prefetch_shards must be a non-negative int: {prefetch_shards!r}")
-        self._setup(ds_or_path, batch_size, num_threads, prefetch, pin_memory, device, layout,
-                    pad_value, open_options)
-        if not _is_sharded(self.ds):
-            raise UsageError("ShardedLoader needs a sharded dataset; use Loader")
-        self.gather = ShardGatherer(self.ds)
-        window = DEFAULT_SHARD_WINDOW if shard_window is None else shard_window
-        self._init_elastic(
-            [s.num_samples for s in self.ds.shards], batch_size, seed, drop_last, rank,
-            world_size, order == "random", window,
-        )
-        self.prefetch_shards = prefetch_shards
-        self.remote = bool(self.ds.is_remote)
-        max_hw = None
-        if self.gather.fixed_hw is not None or not self.remote:
-            max_hw = self.gather.max_hw()  # local shards: mapping them all is cheap
-        if canvas is not None:
-            canvas = (int(canvas[0]), int(canvas[1]))
-            if max_hw is not None and (canvas[0] < max_hw[0] or canvas[1] < max_hw[1]):
-                raise UsageError(
-                    f"canvas {canvas} is smaller than the largest stored image {max_hw}"
-                )
-        self.canvas = canvas
-        height, width = canvas or max_hw or (0, 0)  # remote: buffers grow to what batches need
-        self.ring = BufferRing(batch_size * height * width * 3, pin=self.pin_memory)
-        self._working: Any = None
-        self._pinned: list[int] | None = None
-
-    def _begin_epoch(self) -> tuple[list[np.ndarray], int]:
-        batches, start = super()._begin_epoch()
-        self._working = None
-        if self.remote and batches:
-            from detfmt.shard.order import ShardWorkingSet
-
-            self._working = ShardWorkingSet(
-                batches, self.plan().shard_of, len(self.ds.shards), self.prefetch_shards
-            )
-        return batches, start
-
-    def _before_submit(self, batches: list[np.ndarray], position: int, submitted: int) -> None:
-        if self._working is not None:  # remote: pin what is in flight, prefetch what is next
-            wanted = self._working.wanted(position, submitted)
-            if wanted != self._pinned:
-                self._pinned = wanted
-                self.ds.keep_shards(wanted)
-
-    def _prepare(self, indices: np.ndarray) -> Any:
-        return self.gather.prepare(indices)
-
-    def _job_shape(self, job: Any) -> tuple[int, int]:
-        height, width = job.shape
-        if self.canvas is None:
-            need = len(job.indices) * height * width * 3
-            if need > self.ring.capacity:  # new buffers at the largest size seen so far
-                self.ring.capacity = need
-        return height, width
-
-    def _fill(self, job: Any, indices: np.ndarray, slot: Slot, hw: tuple[int, int]) -> Batch:
-        if self.canvas is not None:
-            height, width = job.shape
-            if height > self.canvas[0] or width > self.canvas[1]:
-                raise UsageError(
-                    f"canvas {self.canvas} is smaller than an image of this batch "
-                    f"({height}, {width})"
-                )
-        return super()._fill(job, indices, slot, hw)
-
-    def _job_sizes(self, job: Any) -> np.ndarray:
-        return job.sizes
-
-    def close(self) -> None:
-        """Drop the shard tables (the dataset itself stays open: close it yourself)."""
-        self.gather.close()
-
-    def __repr__(self) -> str:
-        return (
-            f"ShardedLoader(n={self.n}, shards={len(self.shard_counts)}, batch_size="
-            f"{self.batch_size}, rank={self.rank}/{self.world_size}, epoch={self.epoch}, "
-            f"samples_seen={self.samples_seen}, threads={self.num_threads})"
-        )
+        return (f"Loader(n={self.n}, batch_size={self.batch_size}, rank={self.rank}/"
+                f"{self.world_size}, order={self.order!r}, epoch={self.epoch}, "
+                f"samples_seen={self.samples_seen}, threads={self.num_threads})")

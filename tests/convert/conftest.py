@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-import detfmt
+import detfmt.writer
 from detfmt import _image
 
 SHARED = Path(os.environ.get("DETFMT_SHARED_DATA",
@@ -38,7 +38,7 @@ class Recorded:
 
 @pytest.fixture
 def recorder(monkeypatch) -> Recorded:
-    """Replace detfmt.write by a recorder that decodes paths like the writer does (load_rgb)."""
+    """Replace the writer by a recorder that decodes paths like the writer does (load_rgb)."""
     recorded = Recorded()
 
     def fake_write(samples, path, **kwargs):
@@ -49,7 +49,7 @@ def recorder(monkeypatch) -> Recorded:
                 sample["image"] = _image.load_rgb(sample["image"])
             recorded.samples.append(sample)
 
-    monkeypatch.setattr(detfmt, "write", fake_write)
+    monkeypatch.setattr(detfmt.writer, "write", fake_write)
     return recorded
 
 

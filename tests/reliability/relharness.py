@@ -733,7 +733,7 @@ def sharded_digest(path: str, **options: Any) -> str:
             for arr in (b.images, b.sizes, b.boxes, b.classes, b.mask):
                 _hash_value(h, np.asarray(arr))
             _hash_value(h, {k: np.asarray(v) for k, v in b.fields.items()})
-            plan = ds.plan(seed=5, epoch=1, batch_size=3, window=2, drop_last=False)
+            plan = ds.plan(seed=5, epoch=1, batch_size=3, shard_window=2, drop_last=False)
             for b in ds.iter_batches(plan):
                 _hash_value(h, np.asarray(b.indices))
                 _hash_value(h, np.asarray(b.images))

@@ -149,16 +149,17 @@ MANIFEST_INT_PATHS = ("num_samples", "shards/0/num_samples", "shards/1/first_ind
 def shard_regions(path: Path) -> dict[str, list[tuple[int, int]]]:
     """Byte ranges [start, end) of a valid packed shard by role (prefix, TOC, zero padding,
     member bodies, the last 64 bytes), so mutations can aim at each part of S-9/S-10."""
-    from detfmt.shard.pack import PREFIX, read_toc
+    from detfmt.members import PackedSource
+    from detfmt.spec import PACK_PREFIX as PREFIX
 
     size = path.stat().st_size
-    toc = read_toc(path)
+    members = PackedSource(path).entries.values()
     toc_end = PREFIX + int.from_bytes(path.read_bytes()[12:16], "little")
     regions: dict[str, list[tuple[int, int]]] = {
         "prefix": [(0, PREFIX)], "toc": [(PREFIX, toc_end)], "padding": [], "member": [],
         "tail": [(max(0, size - 64), size)], "anywhere": [(0, size)]}
     pos = toc_end
-    for m in toc.members:
+    for m in members:
         if m.offset > pos:
             regions["padding"].append((pos, m.offset))
         if m.size:

@@ -19,7 +19,7 @@ from scaleout_servers import RangeHandler
 from scaleout_servers import http_range_server as serve
 
 import detfmt
-from detfmt.shard.errors import ShardChecksumError
+from detfmt.errors import ShardChecksumError
 
 
 class CutHandler(RangeHandler):

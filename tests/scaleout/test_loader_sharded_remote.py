@@ -21,7 +21,6 @@ fsspec = pytest.importorskip("fsspec")
 pytest.importorskip("aiohttp")
 
 from detfmt.torch import DetectionDataset, Loader  # noqa: E402
-from detfmt.torch.loader import ShardedLoader  # noqa: E402
 
 SIZES = [12, 9, 14, 0, 11, 10]
 MAX_BOXES = [1, 4, 2, 0, 6, 3]  # per-shard label padding differs (S-12)
@@ -61,18 +60,18 @@ def test_loader_over_http_root_matches_local_and_plan(tmp_path, local_root):
 
     local = detfmt.open(local_root)
     want = epoch(Loader(local, 4, seed=5, shard_window=2, num_threads=2))
-    plan = local.plan(seed=5, epoch=0, batch_size=4, window=2, drop_last=False)
+    plan = local.plan(seed=5, epoch=0, batch_size=4, shard_window=2, drop_last=False)
     assert [w[0] for w in want] == [b.tolist() for b in plan.batches()]
     with http_range_server(str(local_root)) as url:
         # a cache of one byte: every shard is evicted as soon as the plan no longer needs it
         loader = Loader(url, 4, seed=5, shard_window=2, num_threads=2, prefetch_shards=1,
                         open_options={"cache_dir": str(tmp_path / "cache"), "cache_limit": 1})
-        assert isinstance(loader, ShardedLoader) and loader.remote
+        assert loader.ds.is_remote
         calls = []
         keep = loader.ds.keep_shards
         loader.ds.keep_shards = lambda shards: (calls.append(list(shards)), keep(shards))
         assert_same(epoch(loader), want)
-        first_batch = set(plan.shard_of[next(iter(plan.batches()))].tolist())
+        first_batch = {local.locate(i)[0] for i in next(iter(plan.batches())).tolist()}
         assert first_batch < set(calls[0])  # the next shard is prefetched before it is needed
         assert {k for c in calls for k in c} == {k for k, n in enumerate(SIZES) if n}
         stats = loader.ds._cache.stats
@@ -106,7 +105,8 @@ def test_loader_over_s3_two_ranks_resume_on_one(tmp_path, local_root):
     from detfmt.shard.remote import upload
 
     local = detfmt.open(local_root)
-    order = local.plan(seed=1, epoch=0, batch_size=1, window=3, drop_last=False).order.tolist()
+    plan = local.plan(seed=1, epoch=0, batch_size=1, shard_window=3, drop_last=False)
+    order = plan.order.tolist()
     mp = pytest.MonkeyPatch()
     mp.setenv("AWS_DEFAULT_REGION", "us-east-1")
     try:

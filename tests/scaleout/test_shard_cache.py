@@ -8,7 +8,7 @@ import os
 import pytest
 import xxhash
 
-from detfmt.shard.errors import ShardChecksumError
+from detfmt.errors import ShardChecksumError
 from detfmt.shard.manifest import ShardInfo
 
 fsspec = pytest.importorskip("fsspec")

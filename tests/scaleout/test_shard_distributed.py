@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 
-from detfmt.shard.order import epoch_order  # noqa: E402
+from detfmt.order import sharded_epoch_order  # noqa: E402
 
 SEED, EPOCH, GLOBAL_BATCH, WINDOW = 11, 2, 8, 2
 SIZES = [9, 14, 0, 11, 7, 13, 6]  # 60 samples, uneven shards, one empty
@@ -34,7 +34,7 @@ def _epoch(ds, world, rank, samples_seen):
         batch_size=GLOBAL_BATCH // world,
         world_size=world,
         rank=rank,
-        window=WINDOW,
+        shard_window=WINDOW,
         samples_seen=samples_seen,
     )
     mine = []
@@ -107,7 +107,7 @@ def test_same_global_sequence_for_world_1_2_4_and_resume(tmp_path, root):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import detfmt
 
-    order = epoch_order(SIZES, seed=SEED, epoch=EPOCH, window=WINDOW).tolist()
+    order = sharded_epoch_order(SIZES, seed=SEED, epoch=EPOCH, window=WINDOW).tolist()
     full = (sum(SIZES) // GLOBAL_BATCH) * GLOBAL_BATCH
     ref = detfmt.open(root)
     runs = {world: run(tmp_path, root, world) for world in (1, 2, 4)}

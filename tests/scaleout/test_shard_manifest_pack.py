@@ -9,8 +9,14 @@ import struct
 import msgspec
 import pytest
 
-from detfmt.errors import NotDetfmtError, UnsafePathError, UnsupportedVersionError
-from detfmt.shard.errors import ManifestError, PackError
+from detfmt.errors import (
+    ManifestError,
+    NotDetfmtError,
+    PackError,
+    UnsafePathError,
+    UnsupportedVersionError,
+)
+from detfmt.members import PackedSource
 from detfmt.shard.manifest import (
     Manifest,
     Schema,
@@ -20,7 +26,7 @@ from detfmt.shard.manifest import (
     publish_manifest,
     read_manifest,
 )
-from detfmt.shard.pack import MAGIC, align64, pack_directory, read_toc
+from detfmt.shard.pack import MAGIC, align64, pack_directory
 
 
 def make_manifest(**over):
@@ -143,7 +149,8 @@ def test_pack_layout(tmp_path):
     assert len(data) == toc.end
     p = tmp_path / "x.detfmt"
     p.write_bytes(data)
-    assert read_toc(p) == toc
+    assert [(e.name, e.offset, e.size) for e in PackedSource(p).entries.values()] == [
+        (m.name, m.offset, m.size) for m in toc.members]
     buf2 = io.BytesIO()
     pack_directory(d, buf2)
     assert buf2.getvalue() == data  # deterministic (S-14)
@@ -178,7 +185,7 @@ def _corrupt(tmp_path, fn):
 def test_pack_rejections(tmp_path, fn, error, rule):
     p = _corrupt(tmp_path, fn)
     with pytest.raises(error) as e:
-        read_toc(p)
+        PackedSource(p)
     assert e.value.rule == rule
 
 

@@ -8,10 +8,9 @@ import pytest
 from shardkit import CLASSES, make_samples, write_partitioned
 
 import detfmt
-from detfmt.errors import LayoutError
-from detfmt.shard.errors import RootLayoutError
+from detfmt import verify as verify_sharded
+from detfmt.errors import LayoutError, RootLayoutError
 from detfmt.shard.sharded import ShardedDataset
-from detfmt.shard.verify import verify_sharded
 
 
 @pytest.fixture()

@@ -50,3 +50,70 @@ def make_ds(tmp_path):
         return make_dataset(tmp_path / f"ds{next(counter)}", shapes, codec, max_boxes, fixed)
 
     return make
+
+
+SHARD_SIZES = (7, 0, 9, 5, 6)  # cycled: shards of these sample counts, one empty
+
+
+def make_sharded_root(path: Path, shapes, codec="raw", max_boxes=3, fixed=False,
+                      shard_sizes=SHARD_SIZES):
+    """The same samples as `make_dataset`, written as a sharded root of several shards (global
+    index i holds sample i, so the same checks apply to both)."""
+    from detfmt.shard.write import commit, write_shard
+
+    samples = []
+    for i, (h, w) in enumerate(shapes):
+        b, c = sample_labels(i, h, w, max_boxes)
+        samples.append({"image": sample_image(i, h, w), "boxes": b, "classes": c})
+    kwargs = {"fixed_size": (shapes[0][0], shapes[0][1])} if fixed else {}
+    metas, first, k = [], 0, 0
+    while first < len(samples) or not metas:
+        n = shard_sizes[k % len(shard_sizes)]
+        part = samples[first : first + n]
+        metas.append(write_shard(part, path, f"{k:05d}", classes=["a", "b", "c"], codec=codec,
+                                 **kwargs))
+        first += len(part)
+        k += 1
+    commit(path, metas, write_id=f"{len(shapes):032x}")
+    return detfmt.open(path)
+
+
+KINDS = ("dir", "sharded")
+
+
+@pytest.fixture(params=KINDS)
+def kind(request) -> str:
+    """Every read-path test runs on a 1.0 directory and on a sharded root."""
+    return request.param
+
+
+@pytest.fixture
+def make_any(tmp_path, kind):
+    counter = iter(range(1000))
+
+    def make(shapes, codec="raw", max_boxes=3, fixed=False):
+        path = tmp_path / f"ds{next(counter)}"
+        if kind == "dir":
+            return make_dataset(path, shapes, codec, max_boxes, fixed)
+        return make_sharded_root(path, shapes, codec, max_boxes, fixed)
+
+    return make
+
+
+def part_of(ds, i: int):
+    """(the 1.0 dataset holding global sample i, its index there): the dataset itself, or the
+    shard of a sharded root."""
+    if isinstance(ds, detfmt.ShardedDataset):
+        k, j = ds.locate(i)
+        return ds.shard(k), j
+    return ds, i
+
+
+def corrupt_payload(ds, i: int, keep: float = 1 / 3) -> None:
+    """Overwrite the end of sample i's stored payload with zeros in place (same size)."""
+    part, j = part_of(ds, i)
+    start = part.blob_member.base + int(part.offsets[j])
+    size = int(part.nbytes[j])
+    with open(part.blob_member.file, "r+b") as f:
+        f.seek(start + int(size * keep))
+        f.write(b"\x00" * (size - int(size * keep)))

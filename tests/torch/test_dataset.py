@@ -7,12 +7,12 @@ import itertools
 import multiprocessing
 import pickle
 
+import numpy as np
 import pytest
 import torch
 import torch.utils.data as tud
-from test_loader import check_batch
+from test_loader import check_batch, expected_order
 
-from detfmt.order import epoch_permutation
 from detfmt.torch import DetectionDataset, Loader, RingDataLoader, collate
 from tests.torch.conftest import varied_shapes
 
@@ -21,14 +21,14 @@ def flat(rows) -> list[int]:
     return list(itertools.chain.from_iterable(rows))
 
 
-def test_dataset_pickles_path_only(make_ds):
-    ds = make_ds(varied_shapes(6))
+def test_dataset_pickles_path_only(make_any):
+    ds = make_any(varied_shapes(6))
     dataset = DetectionDataset(ds)
     dataset[0]  # opened
     data = pickle.dumps(dataset)
     assert len(data) < 1000
     clone = pickle.loads(data)
-    assert clone._ds is None
+    assert clone._source._ds is None  # nothing re-opened until the first item
     assert torch.equal(clone[3]["image"], dataset[3]["image"])
 
 
@@ -43,8 +43,8 @@ def test_dataloader_workers_and_collate(make_ds):
         check_batch(batch, ds)
 
 
-def test_distributed_sampler_shares(make_ds):
-    ds = make_ds(varied_shapes(11))
+def test_distributed_sampler_shares(make_any):
+    ds = make_any(varied_shapes(11))
     dataset = DetectionDataset(ds)
     seen = []
     for rank in range(2):
@@ -60,8 +60,8 @@ def live_children() -> list:
 
 
 @pytest.mark.slow
-def test_ring_dataloader_matches_loader_and_is_safe(make_ds):
-    ds = make_ds(varied_shapes(40))
+def test_ring_dataloader_matches_loader_and_is_safe(make_any):
+    ds = make_any(varied_shapes(40))
     ring = RingDataLoader(ds, 4, num_workers=2, seed=5, prefetch_factor=2)
     reference = [b.indices.tolist() for b in Loader(ds, 4, seed=5)]
     batches = list(ring)  # hold them all: slots run out, the rest take the fallback path
@@ -70,7 +70,7 @@ def test_ring_dataloader_matches_loader_and_is_safe(make_ds):
     assert [b.indices.tolist() for b in batches] == reference
     for batch in batches:
         check_batch(batch, ds)
-    assert flat(reference) == epoch_permutation(5, 0, 40).tolist()
+    assert flat(reference) == expected_order(ds, 5, 0)
     del batches
     gc.collect()
     # next epoch, recycling the ring; stop early and resume in a new loader
@@ -82,9 +82,9 @@ def test_ring_dataloader_matches_loader_and_is_safe(make_ds):
     other = RingDataLoader(ds, 4, num_workers=1, seed=0)
     other.load_state_dict(state)
     rest = [b.indices.tolist() for b in other]
-    assert flat(first + rest) == epoch_permutation(5, 1, 40).tolist()
+    assert flat(first + rest) == expected_order(ds, 5, 1)
     again = [b.indices.tolist() for b in other]  # persistent workers serve the next epoch
-    assert flat(again) == epoch_permutation(5, 2, 40).tolist()
+    assert flat(again) == expected_order(ds, 5, 2)
     other.close()
     assert not live_children()
 
@@ -103,3 +103,20 @@ def test_ring_dataloader_recycles_without_fallback(make_ds):
     assert count == 16
     assert len(ring.ring.slots) == 2 * 2 + 2
     ring.close()
+
+
+def test_items_are_the_readers_samples(make_any):
+    """Items come from ds[i] (global indices of a sharded root), through pickling too."""
+    ds = make_any(varied_shapes(27))
+    dd = DetectionDataset(ds.location)
+    assert len(dd) == 27
+    clone = pickle.loads(pickle.dumps(dd))
+    for i in (0, 6, 7, 20, 26):
+        for d in (dd, clone):
+            item = d[i]
+            sample = ds[i]
+            np.testing.assert_array_equal(item["image"].numpy(), sample.image)
+            np.testing.assert_array_equal(item["boxes"].numpy(), sample.boxes)
+            np.testing.assert_array_equal(item["classes"].numpy(), sample.classes)
+            assert int(item["index"]) == i
+    assert DetectionDataset(ds, layout="CHW")[3]["image"].shape[0] == 3

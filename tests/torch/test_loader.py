@@ -1,4 +1,5 @@
-"""Loader: contents, order, resume, buffer reuse and shutdown."""
+"""Loader: contents, order, resume, buffer reuse and shutdown, on a 1.0 directory and on a
+sharded root alike (the `kind` fixture runs each test on both)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,15 @@ import torch
 
 import detfmt
 from detfmt.errors import DecodeError, UsageError
-from detfmt.order import epoch_permutation
+from detfmt.order import epoch_permutation, quasi_random_permutation, sharded_epoch_order
 from detfmt.torch import Batch, Loader
-from tests.torch.conftest import sample_image, sample_labels, varied_shapes
+from tests.torch.conftest import (
+    corrupt_payload,
+    make_sharded_root,
+    sample_image,
+    sample_labels,
+    varied_shapes,
+)
 
 
 def flat(rows) -> list[int]:
@@ -23,6 +30,14 @@ def flat(rows) -> list[int]:
 
 def loader_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("detfmt-loader")]
+
+
+def expected_order(ds, seed: int, epoch: int, window: int = 4) -> list[int]:
+    """The bit-exact order of SPEC §18 (1.0: O-3) or S-18 (sharded), from the spec functions."""
+    if isinstance(ds, detfmt.ShardedDataset):
+        counts = [s.num_samples for s in ds.shards]
+        return sharded_epoch_order(counts, seed=seed, epoch=epoch, window=window).tolist()
+    return epoch_permutation(seed, epoch, len(ds)).tolist()
 
 
 def check_batch(batch: Batch, ds, max_boxes=3, layout="CHW", exact=True):
@@ -49,56 +64,102 @@ def check_batch(batch: Batch, ds, max_boxes=3, layout="CHW", exact=True):
     assert batch.boxes.shape[1] == batch.mask.shape[1] == int(batch.mask.sum(1).max())
 
 
+def assert_same_as_reader(batch: Batch, ds, layout="CHW"):
+    images = batch.images if layout == "HWC" else batch.images.permute(0, 2, 3, 1)
+    want = ds.batch(batch.indices.numpy())
+    got = {"images": images.numpy(), "sizes": batch.sizes.numpy(), "boxes": batch.boxes.numpy(),
+           "classes": batch.classes.numpy(), "mask": batch.mask.numpy(),
+           "indices": batch.indices.numpy()}
+    for name, value in got.items():
+        assert value.shape == getattr(want, name).shape, name
+        np.testing.assert_array_equal(value, getattr(want, name), err_msg=name)
+
+
 @pytest.mark.parametrize("threads", [1, 3])
-def test_contents_and_order(make_ds, threads):
-    ds = make_ds(varied_shapes(37))
+def test_contents_and_order(make_any, threads):
+    ds = make_any(varied_shapes(37))
     loader = Loader(ds, 5, seed=4, num_threads=threads, prefetch=3)
     batches = list(loader)
     assert len(batches) == len(loader) == 8
     got = np.concatenate([b.indices.numpy() for b in batches])
-    np.testing.assert_array_equal(got, epoch_permutation(4, 0, 37))
+    assert got.tolist() == expected_order(ds, 4, 0)
     for batch in batches:  # every held batch is still intact after the whole epoch
         check_batch(batch, ds)
     assert len(batches[-1]) == 2
 
 
-def test_hwc_layout_and_sequential(make_ds):
-    ds = make_ds(varied_shapes(10))
+@pytest.mark.parametrize("codec", ["raw", "zstd", "png"])
+@pytest.mark.parametrize("drop_last", [True, False])
+def test_batches_are_the_plan_and_match_ds_batch(make_any, codec, drop_last):
+    ds = make_any(varied_shapes(27), codec=codec)
+    loader = Loader(ds, 4, seed=5, drop_last=drop_last, shard_window=2, num_threads=2)
+    plan = ds.plan(seed=5, epoch=0, batch_size=4, shard_window=2, drop_last=drop_last)
+    batches = list(loader)  # held all at once: the buffer-reuse contract keeps each intact
+    assert len(batches) == len(loader) == len(plan) == (6 if drop_last else 7)
+    for batch, want in zip(batches, plan.batches(), strict=True):
+        assert batch.indices.tolist() == want.tolist()
+        assert_same_as_reader(batch, ds)
+    for batch in batches:
+        check_batch(batch, ds)
+
+
+def test_hwc_layout_and_sequential(make_any):
+    ds = make_any(varied_shapes(10))
     batches = list(Loader(ds, 4, shuffle=False, layout="HWC", num_threads=2))
     assert [b.indices.tolist() for b in batches] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
     for batch in batches:
         check_batch(batch, ds, layout="HWC")
+        assert_same_as_reader(batch, ds, layout="HWC")
 
 
-def test_epochs_advance_and_set_epoch(make_ds):
-    ds = make_ds(varied_shapes(12))
+def test_labels_repadded_across_shards(tmp_path):
+    """A batch spanning shards of different max_boxes (0, 1, 3) is re-padded to its own maximum
+    (S-12), with exact padding."""
+    ds = make_sharded_root(tmp_path / "r", varied_shapes(12), shard_sizes=(1, 4, 7))
+    assert [ds.shard(k).max_boxes for k in range(3)] == [0, 3, 3]
+    batch = next(iter(Loader(ds, 12, shuffle=False, num_threads=1)))
+    counts = batch.mask.sum(1)
+    assert batch.boxes.shape[1] == int(counts.max()) == 3
+    assert (batch.classes[~batch.mask] == -1).all() and not batch.boxes[~batch.mask].any()
+    check_batch(batch, ds)
+
+
+def test_epochs_advance_and_set_epoch(make_any):
+    ds = make_any(varied_shapes(12))
     loader = Loader(ds, 4, seed=1, num_threads=2)
     e0 = [b.indices.tolist() for b in loader]
+    assert loader.state_dict()["samples_seen"] == 12 and loader.epoch == 0
     e1 = [b.indices.tolist() for b in loader]
-    assert flat(e0) == epoch_permutation(1, 0, 12).tolist()
-    assert flat(e1) == epoch_permutation(1, 1, 12).tolist()
+    assert loader.epoch == 1
+    assert flat(e0) == expected_order(ds, 1, 0)
+    assert flat(e1) == expected_order(ds, 1, 1)
     loader.set_epoch(0)
     assert [b.indices.tolist() for b in loader] == e0
-    loader.set_epoch(0)  # a finished epoch set again runs again
-    assert [b.indices.tolist() for b in loader] == e0
+    loader.set_epoch(0)  # a finished epoch set again runs again, the position after each batch
+    positions = []
+    for _ in loader:
+        positions.append(loader.state_dict()["samples_seen"])
+    assert positions == [4, 8, 12]
 
 
-def test_fixed_shape_and_canvas(make_ds):
-    ds = make_ds([(16, 24)] * 9, fixed=True)
+def test_fixed_shape_and_canvas(make_any):
+    ds = make_any([(16, 24)] * 9, fixed=True)
     for io in ("mmap", "pread"):
         for batch in Loader(ds, 4, io=io, num_threads=2):
             assert batch.images.shape[1:] == (3, 16, 24)
             check_batch(batch, ds)
-    ds2 = make_ds(varied_shapes(9))
+    ds2 = make_any(varied_shapes(9))
     for batch in Loader(ds2, 4, canvas=(40, 48), num_threads=2):
         assert batch.images.shape[1:] == (3, 40, 48)
         check_batch(batch, ds2)
+    with pytest.raises(UsageError):  # an image larger than the canvas
+        list(Loader(ds2, 4, canvas=(8, 8)))
     with pytest.raises(UsageError):
-        Loader(ds2, 4, canvas=(8, 8))
+        Loader(ds2, 4, canvas=(0, 8))
 
 
-def test_pread_matches_mmap(make_ds):
-    ds = make_ds(varied_shapes(21))
+def test_pread_matches_mmap(make_any):
+    ds = make_any(varied_shapes(21))
     a = list(Loader(ds, 4, io="pread", num_threads=2))
     b = list(Loader(ds, 4, io="mmap", num_threads=2))
     for x, y in zip(a, b, strict=True):
@@ -108,8 +169,8 @@ def test_pread_matches_mmap(make_ds):
 
 @pytest.mark.parametrize("io", ["mmap", "pread"])
 @pytest.mark.parametrize("codec", ["zstd", "jpeg", "png"])
-def test_compressed_codecs(make_ds, codec, io):
-    ds = make_ds(varied_shapes(9), codec=codec)
+def test_compressed_codecs(make_any, codec, io):
+    ds = make_any(varied_shapes(9), codec=codec)
     for batch in Loader(ds, 4, num_threads=2, io=io):
         check_batch(batch, ds, exact=codec != "jpeg")
         for j, i in enumerate(batch.indices.tolist()):
@@ -121,8 +182,8 @@ def test_compressed_codecs(make_ds, codec, io):
 
 
 @pytest.mark.parametrize("split", [0, 1, 3, 7])
-def test_resume_mid_epoch_exact(make_ds, split):
-    ds = make_ds(varied_shapes(30))
+def test_resume_mid_epoch_exact(make_any, split):
+    ds = make_any(varied_shapes(30))
     full = Loader(ds, 4, seed=9, num_threads=1)
     full.set_epoch(2)
     expected = [b.indices.tolist() for b in full]
@@ -139,28 +200,76 @@ def test_resume_mid_epoch_exact(make_ds, split):
     assert seen + rest == expected
     assert second.state_dict()["epoch"] == 2
     nxt = [b.indices.tolist() for b in second]  # then the next epoch
-    assert flat(nxt) == epoch_permutation(9, 3, 30).tolist()
+    assert flat(nxt) == expected_order(ds, 9, 3)
 
 
-def test_resume_with_other_world_size_same_global_batch(make_ds):
-    ds = make_ds(varied_shapes(40))
-    two = [Loader(ds, 4, seed=2, rank=r, world_size=2, num_threads=1) for r in range(2)]
-    its = [iter(x) for x in two]
-    done = [[next(it).indices.tolist() for _ in range(2)] for it in its]
-    state = two[0].state_dict()
-    assert state == two[1].state_dict()
-    for it in its:
-        it.close()
-    one = Loader(ds, 8, seed=2, drop_last=True, num_threads=2)
-    one.load_state_dict(state)
-    rest = [b.indices.tolist() for b in one]
-    seen = [done[0][k] + done[1][k] for k in range(2)]
-    order = epoch_permutation(2, 0, 40).tolist()
-    assert flat(seen + rest) == order
+@pytest.mark.parametrize("drop_last", [True, False])
+def test_resume_one_rank_on_two_ranks_with_another_batch_size(make_any, drop_last):
+    """Stop a 1-rank epoch after k batches, resume on 2 ranks with another per-rank batch size:
+    every remaining sample exactly once, none repeated."""
+    ds = make_any(varied_shapes(27))
+    one = Loader(ds, 4, seed=3, num_threads=2)
+    one.set_epoch(1)
+    it = iter(one)
+    head = flat(next(it).indices.tolist() for _ in range(3))
+    state = one.state_dict()
+    it.close()
+    assert state["samples_seen"] == 12
+    two = [Loader(ds, 3, seed=0, rank=r, world_size=2, drop_last=drop_last, num_threads=1)
+           for r in range(2)]
+    for loader in two:
+        loader.load_state_dict(state)
+    per_rank = [[b.indices.tolist() for b in loader] for loader in two]
+    assert len(per_rank[0]) == len(per_rank[1])
+    tail = [i for t in range(len(per_rank[0])) for r in range(2) for i in per_rank[r][t]]
+    order = expected_order(ds, 3, 1)
+    left = 27 - 12
+    if drop_last:  # 15 left: two whole global batches of 6, the rest dropped
+        assert head + tail == order[:24]
+    else:  # 15 left, wrap-padded to three global batches of 6
+        assert head + tail[:left] == order and tail[left:] == order[: 18 - left]
+    assert len(set(head + tail[:left])) == len(head + tail[:left])
+    assert two[0].state_dict()["samples_seen"] == 27  # the epoch is finished on every rank
 
 
-def test_buffer_reuse_never_overwrites_held_batch(make_ds):
-    ds = make_ds(varied_shapes(64))
+@pytest.mark.parametrize("drop_last", [True, False])
+def test_world_sizes_1_2_4_same_global_sequence(make_any, drop_last):
+    ds = make_any(varied_shapes(27))
+    sequences = {}
+    for world in (1, 2, 4):
+        loaders = [Loader(ds, 8 // world, seed=7, rank=r, world_size=world,
+                          drop_last=drop_last, num_threads=1) for r in range(world)]
+        per_rank = [[b.indices.tolist() for b in loader] for loader in loaders]
+        assert len({len(r) for r in per_rank}) == 1  # every rank runs the same number of steps
+        sequences[world] = [i for t in range(len(per_rank[0])) for r in per_rank for i in r[t]]
+    order = expected_order(ds, 7, 0)
+    if drop_last:
+        assert sequences[1] == sequences[2] == sequences[4] == order[:24]
+    else:  # O-5: one rank keeps a short last batch; several ranks wrap-pad to whole batches
+        assert sequences[1] == order
+        assert sequences[2] == sequences[4] == order + order[:5]
+
+
+def test_ranks_disjoint_equal_covering(make_any):
+    ds = make_any(varied_shapes(23))
+    for drop_last in (True, False):
+        shares = [[b.indices.tolist() for b in Loader(ds, 3, seed=1, rank=r, world_size=3,
+                                                      drop_last=drop_last, num_threads=1)]
+                  for r in range(3)]
+        assert len({len(s) for s in shares}) == 1
+        assert all(len(b) == 3 for s in shares for b in s)
+        every = flat(flat(shares))
+        if drop_last:
+            assert len(every) == len(set(every)) == 18
+        else:
+            assert set(every) == set(range(23)) and len(every) == 27
+    default = [len(list(Loader(ds, 4, seed=1, rank=r, world_size=3, num_threads=1)))
+               for r in range(3)]
+    assert default == [1, 1, 1]  # distributed default: drop_last=True
+
+
+def test_buffer_reuse_never_overwrites_held_batch(make_any):
+    ds = make_any(varied_shapes(64))
     loader = Loader(ds, 4, seed=3, num_threads=2, prefetch=2)
     held, held_copy, view, view_copy = None, None, None, None
     for k, batch in enumerate(loader):
@@ -173,11 +282,11 @@ def test_buffer_reuse_never_overwrites_held_batch(make_ds):
     assert torch.equal(view, view_copy)
     check_batch(held, ds)
     # without holding, buffers are recycled: the ring stays small
-    assert len(loader.ring.slots) <= loader.prefetch + 3
+    assert len(loader.ring.slots) <= loader.prefetch + 6
 
 
-def test_ring_recycles_released_buffers(make_ds):
-    ds = make_ds([(16, 16)] * 200)
+def test_ring_recycles_released_buffers(make_any):
+    ds = make_any([(16, 16)] * 200)
     loader = Loader(ds, 2, num_threads=2, prefetch=2)
     for _ in loader:
         pass
@@ -188,8 +297,8 @@ def test_ring_recycles_released_buffers(make_ds):
         check_batch(batch, ds)
 
 
-def test_early_stop_and_errors_leave_no_threads(make_ds):
-    ds = make_ds(varied_shapes(50))
+def test_early_stop_and_errors_leave_no_threads(make_any):
+    ds = make_any(varied_shapes(50))
     loader = Loader(ds, 2, num_threads=3, prefetch=4)
     for k, _ in enumerate(loader):
         if k == 2:
@@ -198,21 +307,24 @@ def test_early_stop_and_errors_leave_no_threads(make_ds):
     assert not loader_threads()
 
     calls = {"n": 0}
-    original = loader.gather.fill
+    original = loader.engine.fill
 
-    def failing(indices, out, pad_value=0, **kwargs):
+    def failing(job, out, pad_value=0, **kwargs):
         calls["n"] += 1
         if calls["n"] == 4:
             raise RuntimeError("disk on fire")
-        return original(indices, out, pad_value, **kwargs)
+        return original(job, out, pad_value, **kwargs)
 
-    loader.gather.fill = failing
+    loader.engine.fill = failing
     loader.set_epoch(5)
-    with pytest.raises(RuntimeError, match="disk on fire"):
-        for _ in loader:
-            pass
-    assert not loader_threads()
-    loader.gather.fill = original
+    try:
+        with pytest.raises(RuntimeError, match="disk on fire"):
+            for _ in loader:
+                pass
+        assert not loader_threads()
+        assert not any(slot.busy for slot in loader.ring.slots)  # the failed job released it
+    finally:
+        del loader.engine.fill
     it = iter(loader)
     next(it)
     del it
@@ -220,41 +332,41 @@ def test_early_stop_and_errors_leave_no_threads(make_ds):
     assert not loader_threads()
 
 
-def test_ranks_disjoint_equal_covering(make_ds):
-    ds = make_ds(varied_shapes(23))
-    for drop_last in (True, False):
-        shares = [[b.indices.tolist() for b in Loader(ds, 3, seed=1, rank=r, world_size=3,
-                                                      drop_last=drop_last, num_threads=1)]
-                  for r in range(3)]
-        assert len({len(s) for s in shares}) == 1
-        assert all(len(b) == 3 for s in shares for b in s)
-        every = flat(flat(shares))
-        if drop_last:
-            assert len(every) == len(set(every)) == 18
-        else:
-            assert set(every) == set(range(23)) and len(every) == 27
-
-
-def test_usage_errors(make_ds):
-    ds = make_ds(varied_shapes(4))
+def test_usage_errors(make_any):
+    ds = make_any(varied_shapes(4))
     for kwargs in [dict(batch_size=0), dict(batch_size=2, layout="NCHW"),
                    dict(batch_size=2, rank=2, world_size=2), dict(batch_size=2, rank=0),
                    dict(batch_size=2, order="bogus"), dict(batch_size=2, io="bogus"),
-                   dict(batch_size=2, num_threads=0),
+                   dict(batch_size=2, num_threads=0), dict(batch_size=2, shard_window=0),
+                   dict(batch_size=2, prefetch_shards=-1), dict(batch_size=2, quasi_window=0),
+                   dict(batch_size=2, open_options={"cache_dir": "/tmp"}),
                    *([dict(batch_size=2, pin_memory=True)] if not torch.cuda.is_available()
                      else [])]:
         with pytest.raises(UsageError):
             Loader(ds, **kwargs)
+    with pytest.raises(UsageError):
+        Loader(object(), 2)
     loader = Loader(ds, 2)
     with pytest.raises(UsageError):
         loader.load_state_dict({"version": 99})
-    other = Loader(ds, 3)
+    for bad in ({"samples_seen": 5}, {"num_samples": 3}):
+        with pytest.raises(UsageError):
+            loader.load_state_dict({**loader.state_dict(), **bad})
+
+
+def test_states_do_not_cross_datasets(make_ds, tmp_path):
+    flat_ds = make_ds([(8, 8)] * 4)
+    sharded = make_sharded_root(tmp_path / "s", varied_shapes(27))
     with pytest.raises(UsageError):
-        other.load_state_dict(loader.state_dict())
+        Loader(sharded, 2).load_state_dict(Loader(flat_ds, 2).state_dict())
+    with pytest.raises(UsageError):
+        Loader(flat_ds, 2).load_state_dict(Loader(sharded, 2).state_dict())
+    with pytest.raises(UsageError):  # quasi_random is O-4, for 1.0 datasets only
+        Loader(sharded, 2, order="quasi_random")
 
 
-def test_gpu_decode_says_why_not(make_ds):
-    ds = make_ds(varied_shapes(4), codec="jpeg")
+def test_gpu_decode_says_why_not(make_any):
+    ds = make_any(varied_shapes(4), codec="jpeg")
     with pytest.raises(UsageError, match="gpu_decode"):
         Loader(ds, 2, gpu_decode=True)
     if not torch.cuda.is_available():
@@ -266,8 +378,6 @@ def test_quasi_random_order_in_loader(make_ds):
     ds = make_ds([(8, 8)] * 50)
     loader = Loader(ds, 5, order="quasi_random", quasi_block=4, quasi_window=2, io="pread")
     got = flat(b.indices.tolist() for b in loader)
-    from detfmt.order import quasi_random_permutation
-
     assert got == quasi_random_permutation(0, 0, 50, 4, 2).tolist()
 
 
@@ -281,26 +391,25 @@ def test_import_detfmt_does_not_import_torch():
 
 @pytest.mark.parametrize("io", ["mmap", "pread"])
 @pytest.mark.parametrize("codec", ["jpeg", "zstd"])
-def test_corrupt_payload_is_a_decode_error(make_ds, codec, io):
-    ds = make_ds(varied_shapes(6), codec=codec)
-    start, size = int(ds.index["offset"][3]), int(ds.index["nbytes"][3])
-    path = ds.path / "images.bin"
-    data = bytearray(path.read_bytes())
-    data[start + size // 3 : start + size] = b"\x00" * (size - size // 3)  # same size, bad bytes
-    path.write_bytes(bytes(data))
-    fresh = detfmt.open(ds.path)
+def test_corrupt_payload_is_a_decode_error(make_any, codec, io):
+    ds = make_any(varied_shapes(6), codec=codec)
+    corrupt_payload(ds, 3)
+    location = ds.location
+    ds.close()
+    fresh = detfmt.open(location)
     with pytest.raises(DecodeError) as info:
         for _ in Loader(fresh, 6, shuffle=False, io=io, num_threads=2):
             pass
-    assert info.value.index == 3
+    local = fresh.locate(3)[1] if isinstance(fresh, detfmt.ShardedDataset) else 3
+    assert info.value.index == local  # a shard's error names the shard file and local index
     assert not loader_threads()
 
 
-def test_reused_buffers_keep_padding_clean(make_ds):
+def test_reused_buffers_keep_padding_clean(make_any):
     """Buffers are reused with partial clearing; every batch must still be exact, also after
     the user wrote into a batch in place (torch bumps the version counter the loader checks)."""
     shapes = [(40, 12), (12, 40), (40, 40), (8, 8), (33, 17), (17, 33)] * 8
-    ds = make_ds(shapes)
+    ds = make_any(shapes)
     loader = Loader(ds, 3, seed=1, num_threads=2, prefetch=1)
     seen = 0
     for epoch in range(3):
@@ -314,4 +423,21 @@ def test_reused_buffers_keep_padding_clean(make_ds):
             seen += 1
             del batch
     assert seen == 3 * 16
-    assert len(loader.ring.slots) <= 4
+    assert len(loader.ring.slots) <= 6
+
+
+def test_loader_over_one_packed_shard_file(tmp_path):
+    """One shard file opens as a 1.0 dataset (a packed member source) and loads like any other,
+    pread included (positional reads at the member's offset in the shard file)."""
+    ds = make_sharded_root(tmp_path / "r", varied_shapes(27))
+    shard = ds.shard(2)
+    first = ds.shards[2].first_index
+    for io in ("mmap", "pread"):
+        batches = list(Loader(shard, 2, shuffle=False, num_threads=1, io=io))
+        assert sum(len(b.indices) for b in batches) == len(shard)
+        for b in batches:
+            for j, i in enumerate(b.indices.tolist()):
+                h, w = shard[i].image.shape[:2]
+                np.testing.assert_array_equal(
+                    b.images[j, :, :h, :w].permute(1, 2, 0).numpy(), shard[i].image)
+                np.testing.assert_array_equal(shard[i].image, ds[first + i].image)

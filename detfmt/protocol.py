@@ -1,0 +1,146 @@
+"""What every detfmt dataset offers: `DatasetLike`, and the epoch iteration both kinds share.
+
+A 1.0 directory (`detfmt.Dataset`), a sharded root, local or remote (`detfmt.ShardedDataset`),
+honour the same protocol, so every command and adapter (CLI, converters' export, the torch
+loaders, Ray) takes any of them. ``detfmt.open`` returns one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from detfmt.gather import Gather
+from detfmt.order import DEFAULT_SHARD_WINDOW, EpochPlan, OrderSpec, OrderState
+from detfmt.records import DatasetSchema, NumpyBatch, Sample
+
+__all__ = ["DatasetLike", "DatasetSchema", "EpochIteration", "NumpyBatch", "Sample"]
+
+
+@runtime_checkable
+class DatasetLike(Protocol):
+    """A detfmt dataset: a 1.0 directory, or a sharded root (local or remote)."""
+
+    @property
+    def location(self) -> str:
+        """Where the dataset lives (a path or URL), for messages."""
+
+    @property
+    def schema(self) -> DatasetSchema: ...
+
+    @property
+    def format_version(self) -> str:
+        """The format version the dataset declares ("1.0", "1.1", ...)."""
+
+    def codec_counts(self) -> dict[str, int]:
+        """Samples per codec name."""
+
+    def disk_usage(self) -> dict[str, int]:
+        """Bytes per stored file (members, or manifest and shard files)."""
+
+    @property
+    def class_names(self) -> list[str]: ...
+
+    @property
+    def metadata(self) -> dict[str, str]: ...
+
+    @property
+    def sizes(self) -> np.ndarray:
+        """(N, 2) int32 stored (height, width) of every image."""
+
+    @property
+    def counts(self) -> np.ndarray:
+        """(N,) int32 box count of every image."""
+
+    @property
+    def engine(self) -> Gather:
+        """The gather engine every batch of this dataset goes through (loaders use it)."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, index: int) -> Sample: ...
+
+    def batch(self, indices: Sequence[int] | np.ndarray, out: np.ndarray | None = None,
+              pad_value: int | None = 0, num_threads: int | None = None, *,
+              canvas: tuple[int, int] | None = None, max_boxes: int | None = None
+              ) -> NumpyBatch: ...
+
+    def batch_buffer(self, batch_size: int, *, canvas: tuple[int, int] | None = None
+                     ) -> np.ndarray: ...
+
+    def labels(self, indices: Sequence[int] | np.ndarray) -> NumpyBatch:
+        """Boxes, classes, mask and fields of samples, without pixels (``images`` is empty)."""
+
+    def image_shape(self, index: int) -> tuple[int, int, int]: ...
+
+    def part_ranges(self) -> list[tuple[int, int]]:
+        """[start, stop) of each stored part (one for a 1.0 dataset, one per non-empty shard):
+        blocks of work that read one file each."""
+
+    def decode_into(self, index: int, out: np.ndarray) -> None: ...
+
+    def codec(self, index: int) -> str:
+        """The codec name of one sample's stored payload ("raw", "zstd", "jpeg", "png")."""
+
+    def payload(self, index: int) -> memoryview:
+        """The stored bytes of one sample as written (copies that keep payloads byte for
+        byte)."""
+
+    def image_field(self, name: str) -> np.ndarray:
+        """A per-image field of every sample: ``orig_size`` (N, 2), ``scale_offset`` (N, 4),
+        ``source_id`` (N,)."""
+
+    def string_field(self, name: str, index: int) -> str: ...
+
+    def order_spec(self, order: str = "random", *, shard_window: int = DEFAULT_SHARD_WINDOW,
+                   quasi_block: int | None = None, quasi_window: int = 8) -> OrderSpec:
+        """What fixes this dataset's epoch order besides (seed, epoch) (SPEC §18, S-18)."""
+
+    def plan(self, *, seed: int, epoch: int, batch_size: int, world_size: int = 1,
+             rank: int = 0, samples_seen: int = 0, drop_last: bool = True,
+             order: str = "random", shard_window: int = DEFAULT_SHARD_WINDOW) -> EpochPlan: ...
+
+    def iter_batches(self, plan: EpochPlan, *, out: np.ndarray | None = None,
+                     prefetch_shards: int = 2) -> Iterator[NumpyBatch]: ...
+
+    def close(self) -> None: ...
+
+
+class _NoFollower:
+    def step(self, t: int, t_last: int | None = None) -> None:
+        """Nothing to prepare: every part is local and mapped."""
+
+
+class EpochIteration(Sequence):
+    """The epoch-order methods both kinds of dataset share (numpy only; the torch `Loader` adds
+    threads, reusable buffers and devices on top of the same plans)."""
+
+    def order_spec(self, order: str = "random", *, shard_window: int = DEFAULT_SHARD_WINDOW,
+                   quasi_block: int | None = None, quasi_window: int = 8) -> OrderSpec:
+        raise NotImplementedError
+
+    def follow(self, batches: Sequence[np.ndarray], ahead: int = 2) -> Any:
+        """An object whose ``step(t)`` prepares batch t of ``batches`` (remote shards: fetch and
+        pin them ahead of use)."""
+        return _NoFollower()
+
+    def plan(self, *, seed: int, epoch: int, batch_size: int, world_size: int = 1,
+             rank: int = 0, samples_seen: int = 0, drop_last: bool = True,
+             order: str = "random", shard_window: int = DEFAULT_SHARD_WINDOW) -> EpochPlan:
+        """This rank's batches of one epoch (SPEC §18, S-19): the global order sliced
+        contiguously across ranks from position ``samples_seen``; ``drop_last`` drops the tail
+        shorter than a global batch, else it is wrap-padded (several ranks) or short (one)."""
+        return EpochPlan.build(self.order_spec(order, shard_window=shard_window),
+                               OrderState(seed, epoch, samples_seen), world_size=world_size,
+                               rank=rank, batch_size=batch_size, drop_last=drop_last)
+
+    def iter_batches(self, plan: EpochPlan, *, out: np.ndarray | None = None,
+                     prefetch_shards: int = 2) -> Iterator[NumpyBatch]:
+        """Yield ``plan``'s batches (``ds.batch``); remote shards are fetched and pinned ahead."""
+        batches = list(plan.batches())
+        follower = self.follow(batches, prefetch_shards)
+        for t, indices in enumerate(batches):
+            follower.step(t)
+            yield self.batch(indices, out=out)  # type: ignore[attr-defined]

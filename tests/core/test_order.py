@@ -1,0 +1,382 @@
+"""The epoch order (SPEC §18, §19.6) against deliberately simple scalar references, and the one
+slicing/resume model (S-19, S-20) both kinds of dataset share."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+
+from detfmt.errors import UsageError
+from detfmt.order import (
+    EpochPlan,
+    OrderSpec,
+    OrderState,
+    Schedule,
+    epoch_key,
+    epoch_permutation,
+    mix64,
+    num_steps,
+    permutation_from_key,
+    quasi_random_permutation,
+    rank_batches,
+    sharded_epoch_order,
+    splitmix64_stream,
+)
+from detfmt.shard.sharded import ShardWorkingSet
+
+M64 = (1 << 64) - 1
+GAMMA = 0x9E3779B97F4A7C15
+
+
+def ref_mix64(z: int) -> int:
+    z &= M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
+    return z ^ (z >> 31)
+
+
+def ref_stream(state: int, j: int) -> int:
+    return ref_mix64(state + (j + 1) * GAMMA)
+
+
+def ref_bits(m: int) -> int:
+    return max(1, (m - 1).bit_length())
+
+
+def reference_permutation_from_state(state: int, n: int) -> list[int]:
+    """O-3, one sample at a time: sort by (top bits of the stream output, index)."""
+    b = ref_bits(n)
+    return sorted(range(n), key=lambda i: (ref_stream(state, i) >> b, i))
+
+
+def reference_permutation(seed: int, epoch: int, n: int) -> list[int]:
+    """O-2 + O-3."""
+    return reference_permutation_from_state(ref_mix64(ref_mix64(seed) ^ epoch), n)
+
+
+def reference_quasi(seed: int, epoch: int, n: int, block: int, window: int) -> list[int]:
+    """O-4, literally."""
+    k = ref_mix64(ref_mix64(seed) ^ epoch)
+    nb = -(-n // block)
+    group = block * window
+    ng = -(-nb // window)
+    c = ref_bits(group)
+    q = reference_permutation_from_state(ref_stream(k, 0), nb)
+    v = [q[p // block] * block + p % block for p in range(nb * block)]
+    out = []
+    for g in range(ng):
+        state = ref_stream(k, g + 1)
+        local = sorted(range(group), key=lambda pos, s=state: (ref_stream(s, pos) >> c, pos))
+        out.extend(v[g * group + pos] for pos in local if g * group + pos < nb * block)
+    return [x for x in out if x < n]
+
+
+def reference_sharded(counts, seed, epoch, window):
+    """Scalar re-statement of S-17/S-18 (Python ints, no numpy tricks)."""
+    def perm(state, n):
+        b = max(1, (n - 1).bit_length()) if n else 1
+        keys = sorted((((ref_stream(state, i) >> b) << b) | i) for i in range(n))
+        return [k & ((1 << b) - 1) for k in keys]
+
+    k = ref_mix64(ref_mix64(seed) ^ epoch)
+    firsts = [sum(counts[:i]) for i in range(len(counts))]
+    q = perm(ref_stream(k, 0), len(counts))
+    out = []
+    for w in range(-(-len(counts) // window)):
+        lst = [firsts[s] + t for s in q[w * window : (w + 1) * window] for t in range(counts[s])]
+        out += [lst[t] for t in perm(ref_stream(k, w + 1), len(lst))]
+    return out
+
+
+def sha(values) -> str:
+    return hashlib.sha256(np.asarray(values, dtype="<i8").tobytes()).hexdigest()
+
+
+# Golden vectors computed by the scalar references above (also in SPEC.md O-8 and S-18).
+GOLDEN_SMALL = [2, 4, 6, 8, 5, 1, 7, 0, 9, 3]
+GOLDEN = {
+    (0, 0, 10): "4048f57cfe899a4cbf46ddcca0766068303964e86361cf8ee228139e8abc808b",
+    (123, 7, 1000): "709328b0cd2ce2f8672e857c861c28b53bee608c17b08ee97bde143887807938",
+}
+GOLDEN_QUASI = [19, 18, 10, 16, 8, 11, 17, 9, 22, 21, 20, 0, 1, 2, 3, 13, 7, 14, 12, 4, 5, 15, 6]
+GOLDEN_SHARDED = [15, 16, 6, 5, 4, 0, 1, 2, 7, 3, 13, 11, 14, 12, 8, 9, 10]
+GOLDEN_SHARDED_BIG = "c42b2d2670ddb8fc"
+COUNTS = [7, 0, 5, 9, 4, 6]  # N = 31, prime-ish against every global batch below
+N = sum(COUNTS)
+
+# ------------------------------------------------------------------ the orders themselves
+
+
+def test_mix64_vectors():
+    assert mix64(0) == 0
+    assert mix64(1) == ref_mix64(1) == 0x5692161D100B05E5
+
+
+def test_golden_vectors_from_scalar_references():
+    assert reference_permutation(0, 0, 10) == GOLDEN_SMALL
+    for (seed, epoch, n), digest in GOLDEN.items():
+        assert sha(reference_permutation(seed, epoch, n)) == digest
+        assert sha(epoch_permutation(seed, epoch, n)) == digest
+    assert epoch_permutation(0, 0, 10).tolist() == GOLDEN_SMALL
+    assert reference_quasi(1, 0, 23, 4, 2) == GOLDEN_QUASI
+    assert quasi_random_permutation(1, 0, 23, 4, 2).tolist() == GOLDEN_QUASI
+    assert reference_sharded([3, 5, 0, 7, 2], 1, 0, 2) == GOLDEN_SHARDED
+    assert sharded_epoch_order([3, 5, 0, 7, 2], seed=1, epoch=0, window=2).tolist() == \
+        GOLDEN_SHARDED
+    big = sharded_epoch_order([100] * 50, seed=42, epoch=3, window=4)
+    assert sha(big)[:16] == GOLDEN_SHARDED_BIG
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 7, 64, 65, 257])
+@pytest.mark.parametrize("seed,epoch", [(0, 0), (1, 5), (M64, M64), (2**63, 3)])
+def test_vectorized_equals_reference(n, seed, epoch):
+    assert epoch_permutation(seed, epoch, n).tolist() == reference_permutation(seed, epoch, n)
+
+
+@pytest.mark.parametrize("n,block,window", [(0, 4, 2), (1, 1, 1), (23, 4, 2), (100, 7, 3),
+                                            (96, 8, 4), (50, 64, 8), (33, 1, 5)])
+def test_quasi_equals_reference(n, block, window):
+    got = quasi_random_permutation(9, 2, n, block, window).tolist()
+    assert got == reference_quasi(9, 2, n, block, window)
+    assert sorted(got) == list(range(n))
+
+
+@pytest.mark.parametrize("seed,epoch,window", [(0, 0, 1), (1, 3, 2), (2**64 - 1, 5, 4),
+                                               (9, 0, 100)])
+def test_sharded_equals_reference(seed, epoch, window):
+    counts = [7, 0, 5, 12, 3, 9, 1, 8]
+    got = sharded_epoch_order(counts, seed=seed, epoch=epoch, window=window)
+    assert got.tolist() == reference_sharded(counts, seed, epoch, window)
+    assert sorted(got.tolist()) == list(range(sum(counts)))
+
+
+def test_sharded_order_uses_the_loader_prng():
+    states = splitmix64_stream(epoch_key(5, 2), 0, 2).tolist()
+    order = sharded_epoch_order([4, 6], seed=5, epoch=2, window=2)
+    shards = permutation_from_key(states[0], 2).tolist()
+    lst = [i for s in shards for i in (range(0, 4) if s == 0 else range(4, 10))]
+    assert order.tolist() == [lst[t] for t in permutation_from_key(states[1], 10).tolist()]
+
+
+def test_permutation_properties():
+    p = epoch_permutation(5, 0, 10_000)
+    assert p.dtype == np.int64
+    assert np.array_equal(np.sort(p), np.arange(10_000))
+    assert not np.array_equal(p, epoch_permutation(5, 1, 10_000))
+    assert not np.array_equal(p, epoch_permutation(6, 0, 10_000))
+    assert np.array_equal(p, epoch_permutation(5, 0, 10_000))
+
+
+def test_locality_of_quasi_and_sharded_orders():
+    q = quasi_random_permutation(0, 0, 4096, block=16, window=4)
+    for lo in range(0, 4096, 64):  # 64 consecutive positions come from at most 4 blocks of 16
+        assert len(np.unique(q[lo : lo + 64] // 16)) <= 4
+    o = sharded_epoch_order([10] * 12, seed=3, epoch=1, window=3)
+    for w in range(4):  # each window's samples come from `window` shards
+        assert len(set((o[w * 30 : (w + 1) * 30] // 10).tolist())) == 3
+
+
+def test_epochs_differ_and_sequential_is_identity():
+    a = sharded_epoch_order(COUNTS, seed=1, epoch=0)
+    assert a.tolist() != sharded_epoch_order(COUNTS, seed=1, epoch=1).tolist()
+    assert sharded_epoch_order(COUNTS, seed=1, epoch=0, shuffle=False).tolist() == list(range(N))
+    assert sharded_epoch_order([], seed=1, epoch=0).tolist() == []
+    for spec in (OrderSpec(N, "sequential"), OrderSpec(N, "sequential", tuple(COUNTS))):
+        assert spec.epoch_order(1, 0).tolist() == list(range(N))
+
+
+def test_bad_arguments_are_usage_errors():
+    for args in [(-1, 0, 3), (0, -1, 3), (0, 0, -1), (0, 2**64, 3), (0.5, 0, 3), (0, 0, 2**49)]:
+        with pytest.raises(UsageError):
+            epoch_permutation(*args)
+    with pytest.raises(UsageError):
+        quasi_random_permutation(0, 0, 10, block=0)
+    with pytest.raises(UsageError):
+        sharded_epoch_order(COUNTS, seed=1, epoch=0, window=0)
+    with pytest.raises(UsageError):
+        OrderSpec(N, "quasi_random", tuple(COUNTS))  # a sharded root has its own locality
+    with pytest.raises(UsageError):
+        OrderSpec(N, "shuffled")
+
+# ------------------------------------------------------------------ slicing (S-19), one model
+
+SPECS = {"1.0": OrderSpec(N), "sharded": OrderSpec(N, shard_counts=tuple(COUNTS), shard_window=2)}
+
+
+def plans(spec, world, batch, seen=0, drop_last=False, epoch=2):
+    return [EpochPlan.build(spec, OrderState(3, epoch, seen), world_size=world, rank=r,
+                            batch_size=batch, drop_last=drop_last) for r in range(world)]
+
+
+def global_sequence(ps):
+    steps = [list(p.batches()) for p in ps]
+    assert len({len(s) for s in steps}) == 1
+    return [int(i) for t in range(len(steps[0])) for s in steps for i in s[t]]
+
+
+@pytest.mark.parametrize("kind", SPECS)
+@pytest.mark.parametrize("world,batch", [(2, 4), (4, 2), (3, 5), (2, 1)])
+def test_wrap_padding_equal_counts_cover_everything(kind, world, batch):
+    spec = SPECS[kind]
+    ps = plans(spec, world, batch)
+    order = spec.epoch_order(3, 2)
+    g = world * batch
+    total = -(-N // g) * g
+    for p in ps:
+        rows = list(p.batches())
+        assert len(rows) == len(p) == total // g
+        assert all(len(r) == batch for r in rows)
+    seq = global_sequence(ps)
+    assert seq == [int(order[q % N]) for q in range(total)]  # position p holds E[p mod N]
+    assert set(seq) == set(range(N))
+
+
+@pytest.mark.parametrize("kind", SPECS)
+def test_one_rank_keeps_a_short_last_batch(kind):
+    (p,) = plans(SPECS[kind], 1, 8)
+    rows = list(p.batches())
+    assert [len(r) for r in rows] == [8, 8, 8, 7]
+    assert np.concatenate(rows).tolist() == SPECS[kind].epoch_order(3, 2).tolist()
+
+
+@pytest.mark.parametrize("kind", SPECS)
+def test_drop_last_gives_the_same_global_batches_on_any_world_size(kind):
+    spec = SPECS[kind]
+    for world, batch in [(1, 8), (2, 4), (4, 2)]:
+        ps = plans(spec, world, batch, drop_last=True)
+        assert all(len(p) == N // (world * batch) == 3 for p in ps)
+        assert global_sequence(ps) == global_sequence(plans(spec, 1, 8, drop_last=True))
+        assert global_sequence(ps) == spec.epoch_order(3, 2)[:24].tolist()
+    default = EpochPlan.build(spec, OrderState(3, 2), world_size=2, rank=0, batch_size=4)
+    assert default.drop_last and len(default) == 3
+
+
+@pytest.mark.parametrize("n", [0, 1, 5, 31, 32, 33, 100])
+@pytest.mark.parametrize("world,batch", [(1, 4), (2, 4), (3, 5), (4, 1)])
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_rank_partition(n, world, batch, drop_last):
+    spec = OrderSpec(n)
+    order = spec.epoch_order(3, 1)
+    g = world * batch
+    shares = [list(p.batches()) for p in plans(spec, world, batch, drop_last=drop_last, epoch=1)]
+    total = (n // g) * g if drop_last else (n if world == 1 or n == 0 else -(-n // g) * g)
+    if world > 1:
+        assert len({len(s) for s in shares}) == 1  # equal shares
+        assert all(len(row) == batch for s in shares for row in s)
+    flat = np.concatenate([np.asarray(row) for s in shares for row in s] or [np.empty(0, int)])
+    assert flat.size == total
+    if drop_last:
+        assert len(np.unique(flat)) == flat.size  # disjoint
+    else:
+        assert set(flat.tolist()) == set(range(n))  # covering
+        if total <= n:
+            assert len(np.unique(flat)) == flat.size
+        else:  # padding repeats exactly the first total - n samples of the order
+            padded = np.asarray(global_sequence(plans(spec, world, batch, epoch=1)))
+            assert np.array_equal(padded[n:], order[np.arange(n, total) % max(n, 1)])
+
+
+@pytest.mark.parametrize("kind", SPECS)
+def test_padded_resume_on_other_world_size(kind):
+    """4 ranks x 2 for two steps, then 2 ranks x 3 to the end: positions 16.. exactly once,
+    then wrap-around padding to a whole global batch of the new size."""
+    spec = SPECS[kind]
+    order = spec.epoch_order(3, 2)
+    first = global_sequence(plans(spec, 4, 2))[:16]
+    seen = plans(spec, 4, 2)[0].samples_seen_after(2)
+    assert seen == 16
+    rest = global_sequence(plans(spec, 2, 3, seen=seen))
+    assert first + rest[: N - seen] == order.tolist()
+    assert len(rest) % 6 == 0
+    assert rest[N - seen :] == [int(order[q % N]) for q in range(len(rest) - (N - seen))]
+    assert plans(spec, 2, 3, seen=seen)[1].samples_seen_after(len(rest) // 6) == N  # done
+    assert all(len(p) == 0 for p in plans(spec, 2, 3, seen=N))
+
+
+@pytest.mark.parametrize("kind", SPECS)
+def test_resume_drop_last_on_other_world_size_has_no_gaps_or_duplicates(kind):
+    spec = SPECS[kind]
+    old = [list(p.batches()) for p in plans(spec, 2, 3, drop_last=True, epoch=4)]
+    first = [i for t in range(4) for r in range(2) for i in old[r][t].tolist()]
+    state = OrderState(3, 4).advanced(4, world_size=2, batch_size=3)
+    assert state.samples_seen == 24
+    new = [EpochPlan.build(spec, state, world_size=4, rank=r, batch_size=2) for r in range(4)]
+    assert {len(p) for p in new} == {(N - 24) // 8}
+    rest = global_sequence(new)
+    assert first + rest == spec.epoch_order(3, 4)[: 24 + len(rest)].tolist()
+    assert len(set(first + rest)) == len(first + rest)
+
+
+def test_num_steps_and_errors():
+    assert num_steps(31, 2, 4, drop_last=False) == 4
+    assert num_steps(31, 2, 4, drop_last=True) == 3
+    assert num_steps(31, 1, 8, samples_seen=30, drop_last=False) == 1
+    assert num_steps(0, 2, 4, drop_last=False) == 0
+    with pytest.raises(UsageError):
+        num_steps(31, 2, 4, samples_seen=32, drop_last=False)
+    with pytest.raises(UsageError):
+        num_steps(10, 0, 1)
+    with pytest.raises(UsageError):
+        list(rank_batches(np.arange(5), world_size=2, rank=2, batch_size=1, drop_last=False))
+    with pytest.raises(UsageError):
+        EpochPlan.build(SPECS["sharded"], OrderState(3, 2), world_size=2, rank=5, batch_size=1)
+
+
+# ------------------------------------------------------------------ the stateful schedule
+
+
+@pytest.mark.parametrize("kind", SPECS)
+def test_schedule_resumes_on_another_world_size_and_batch_size(kind):
+    """Stop a 1-rank epoch after k batches, resume on 2 ranks with another per-rank batch size:
+    every remaining sample exactly once, for 1.0 and sharded orders alike."""
+    spec = SPECS[kind]
+    one = Schedule(spec, batch_size=4, seed=9)
+    one.set_epoch(3)
+    seen_first = [i for b in one.begin_epoch()[:3] for i in b.tolist()]
+    one.mark(3)
+    state = one.state_dict()
+    assert state["samples_seen"] == 12
+    ranks = []
+    for r in range(2):
+        s = Schedule(spec, batch_size=3, seed=0, rank=r, world_size=2, drop_last=False)
+        s.load_state_dict(state)
+        ranks.append(s.begin_epoch())
+    rest = [i for t in range(len(ranks[0])) for r in range(2) for i in ranks[r][t].tolist()]
+    left = N - 12
+    assert seen_first + rest[:left] == spec.epoch_order(9, 3).tolist()
+    assert sorted(seen_first + rest[:left]) == list(range(N))
+
+
+def test_schedule_accepts_the_previous_loaders_states():
+    spec = SPECS["1.0"]
+    s = Schedule(spec, batch_size=4, seed=1)
+    s.load_state_dict({"version": 1, "seed": 5, "epoch": 2, "batches_done": 2, "order": "random",
+                       "quasi_block": 32, "quasi_window": 8, "num_samples": N,
+                       "global_batch": 8, "drop_last": True})
+    assert (s.seed, s.epoch, s.samples_seen) == (5, 2, 16)
+    s.load_state_dict({"version": 1, "kind": "sharded", "seed": 5, "epoch": 2,
+                       "samples_seen": 7, "shard_window": 2, "shuffle": False, "drop_last": True,
+                       "num_samples": N})
+    assert (s.samples_seen, s.spec.order) == (7, "sequential")
+    for bad in ({"version": 99}, {"version": 2, **s.state_dict(), "num_samples": N + 1}, None):
+        with pytest.raises(UsageError):
+            s.load_state_dict(bad)
+
+
+def test_working_set_keeps_in_use_and_next_shards():
+    (p,) = plans(SPECS["sharded"], 1, 4, drop_last=True)
+    rows = list(p.batches())
+    starts = np.concatenate([[0], np.cumsum(COUNTS)[:-1]])
+    shard_of = np.repeat(np.arange(len(COUNTS)), COUNTS)
+    ws = ShardWorkingSet(rows, starts, ahead=1)
+    for t, row in enumerate(rows):
+        wanted = ws.wanted(t)
+        assert set(shard_of[row].tolist()) <= set(wanted)
+        later = [k for k in ws.by_first if ws.first[k] > t]
+        assert [k for k in wanted if k in later] == later[:1]
+    span = ws.wanted(0, 3)  # several steps in flight: the union of their shards
+    for row in rows[:4]:
+        assert set(shard_of[row].tolist()) <= set(span)
+    assert 1 not in ws.by_first  # an empty shard is never needed
