@@ -16,8 +16,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-from detfmt._io import file_digest, fsync_dir
-
 __all__ = ["FsspecStorage", "LocalStorage", "Storage", "StoredEntry", "file_digest", "fsync_dir",
            "is_remote", "open_storage"]
 
@@ -218,6 +216,21 @@ class FsspecStorage(Storage):
 
     def delete(self, rel: str) -> None:
         self.fs.rm(self._path(rel))
+
+
+def file_digest(source: bytes | memoryview | BinaryIO, chunk: int = 8 << 20) -> str:
+    """xxh3-64 (hex, seed 0) of bytes or of a binary file read to its end (`detfmt._io`'s one
+    digest loop; xxhash loads on first use)."""
+    from detfmt import _io
+
+    return _io.file_digest(source, chunk)
+
+
+def fsync_dir(path: str) -> None:
+    """Make a rename into ``path`` durable (`detfmt._io`'s one fsync of a directory)."""
+    from detfmt import _io
+
+    _io.fsync_dir(path)
 
 
 def is_remote(root: str | os.PathLike[str]) -> bool:

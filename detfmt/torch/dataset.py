@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import torch.utils.data as tud
 
-from detfmt.errors import UsageError
+from detfmt.errors import DetfmtError, UsageError
 from detfmt.gather import check_canvas
 from detfmt.order import DEFAULT_SHARD_WINDOW, Schedule
 from detfmt.protocol import DatasetLike
@@ -131,7 +131,13 @@ class _RingBatches(tud.Dataset):
         return 0
 
     def __getitem__(self, item: tuple[np.ndarray, int, tuple[int, int]]) -> tuple:
-        indices, slot_id, (height, width) = item
+        try:
+            return self._gather(*item)
+        except DetfmtError as error:  # travels pickled with its rule, file and sample (torch
+            return (error,)  # would re-raise its type with the message only)
+
+    def _gather(self, indices: np.ndarray, slot_id: int, hw: tuple[int, int]) -> tuple:
+        height, width = hw
         engine = self.source.ds.engine
         job = engine.job(indices)
         shape = (len(indices), height, width, 3)
@@ -290,8 +296,13 @@ class RingDataLoader:
     def _run(self, loader: tud.DataLoader, total: int) -> Iterator[Batch]:
         position = 0
         try:
-            for indices, slot_id, shape, images, boxes, classes, mask, fields, sizes in loader:
+            for result in loader:
                 slot = self.in_flight.pop(0)
+                if len(result) == 1:  # a worker's typed error: raise it here, as it was
+                    if slot is not None:
+                        self.ring.release(slot)
+                    raise result[0]
+                indices, slot_id, shape, images, boxes, classes, mask, fields, sizes = result
                 if slot is not None and slot.index != slot_id:
                     raise RuntimeError("detfmt RingDataLoader: batches arrived out of order")
                 if slot is not None:

@@ -42,3 +42,41 @@ def test_cleanup_removes_dead_writers_temp_dirs(tmp_path, capsys):
     (leftover / "images.bin").write_bytes(b"x")
     assert main(["cleanup", str(tmp_path)]) == 0
     assert not leftover.exists()
+
+
+def test_commands_agree_on_a_directory_and_a_sharded_root(tmp_path, capsys):
+    """info, validate, show and export coco give the same answers for the same samples stored
+    as one 1.0 directory and as a sharded root of several shards."""
+    from tests.datasets import corrupt_payload, make_dataset, make_sharded_root, varied_shapes
+
+    shapes = varied_shapes(23, seed=3)
+    roots = {"dir": tmp_path / "dir", "sharded": tmp_path / "root"}
+    make_dataset(roots["dir"], shapes, codec="zstd").close()
+    make_sharded_root(roots["sharded"], shapes, codec="zstd").close()
+    infos, exports, grids = {}, {}, {}
+    for kind, root in roots.items():
+        assert main(["info", "--json", str(root)]) == 0
+        infos[kind] = json.loads(capsys.readouterr().out)
+        assert main(["info", str(root)]) == 0  # the text form works too
+        assert "23 samples" in capsys.readouterr().out
+        assert main(["validate", str(root)]) == 0
+        assert "valid (23 samples" in capsys.readouterr().out
+        assert main(["show", str(root), "--out", str(tmp_path / f"{kind}.png")]) == 0
+        grids[kind] = (tmp_path / f"{kind}.png").read_bytes()
+        assert main(["export", "coco", str(root), str(tmp_path / f"{kind}.json")]) == 0
+        exports[kind] = json.loads((tmp_path / f"{kind}.json").read_bytes())
+        exports[kind].pop("info")  # names the source location
+        capsys.readouterr()
+    assert infos["dir"]["version"] == "1.0" and infos["sharded"]["version"] == "1.1"
+    for info in infos.values():
+        for key in ("path", "version", "bytes", "metadata"):
+            info.pop(key)
+    assert infos["dir"] == infos["sharded"]
+    assert infos["dir"]["num_samples"] == 23 and infos["dir"]["boxes"]["total"] > 0
+    assert exports["dir"] == exports["sharded"] and len(exports["dir"]["annotations"]) > 0
+    assert grids["dir"] == grids["sharded"]
+    for kind, root in roots.items():  # the same broken payload, the same verdict
+        corrupt_payload(detfmt.open(root), 7)
+        assert main(["validate", str(root)]) == 1, kind
+        err = capsys.readouterr().err
+        assert "CHECKSUM" in err and "INVALID" in err, kind

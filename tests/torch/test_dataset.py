@@ -14,7 +14,7 @@ import torch.utils.data as tud
 from test_loader import check_batch, expected_order
 
 from detfmt.torch import DetectionDataset, Loader, RingDataLoader, collate
-from tests.torch.conftest import varied_shapes
+from tests.datasets import varied_shapes
 
 
 def flat(rows) -> list[int]:

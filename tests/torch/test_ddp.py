@@ -13,7 +13,7 @@ import torch.multiprocessing as mp
 import torch.utils.data as tud
 
 from detfmt.order import epoch_permutation
-from tests.torch.conftest import make_dataset, varied_shapes
+from tests.datasets import make_dataset, varied_shapes
 
 N, BATCH, WORLD, SEED = 23, 3, 2, 7
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from detfmt.torch import Loader, _gpu
-from tests.torch.conftest import make_dataset, varied_shapes
+from tests.datasets import make_dataset, varied_shapes
 
 try:
     import torchvision.io  # noqa: F401

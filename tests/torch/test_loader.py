@@ -15,7 +15,7 @@ import detfmt
 from detfmt.errors import DecodeError, UsageError
 from detfmt.order import epoch_permutation, quasi_random_permutation, sharded_epoch_order
 from detfmt.torch import Batch, Loader
-from tests.torch.conftest import (
+from tests.datasets import (
     corrupt_payload,
     make_sharded_root,
     sample_image,
