@@ -380,7 +380,11 @@ class Gather:
         job = self.job(indices)
         b = len(job)
         height, width = check_canvas(canvas) if canvas is not None else job.shape
-        images = _output(out, b, height, width)
+        if out is None and pad_value == 0:  # fresh zeroed pages: the padding is already there
+            images = _buffers.aligned_zeros((b, height, width, 3))
+            pad_value = None
+        else:
+            images = _output(out, b, height, width)
         threads = _thread_count(num_threads, images.nbytes, b)
         boxes, classes, mask, fields = self.labels(job, max_boxes)  # before any pixel is copied
         self.fill(job, images, pad_value, io=io, num_threads=threads)

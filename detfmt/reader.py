@@ -204,6 +204,13 @@ class Dataset(EpochIteration):
         if labels and self._bad_rows:
             self._blame(rows)
 
+    def _check_row(self, i: int, labels: bool = True) -> None:
+        """`ensure_checked` for one row: a bitmap lookup once its chunk has been checked."""
+        if not (self._labels_ok if labels else self._index_ok)[i // self.chunk]:
+            self.ensure_checked(np.array([i]), labels)
+        elif labels and self._bad_rows:
+            self._blame(np.array([i]))
+
     def _blame(self, rows: np.ndarray) -> None:
         bad = np.concatenate(list(self._bad_rows.values()))
         hit = np.intersect1d(rows, bad)
@@ -285,7 +292,7 @@ class Dataset(EpochIteration):
 
     def _row(self, index: Any) -> int:
         i = sample_index(index, len(self), self.location)
-        self.ensure_checked(np.array([i]), labels=False)
+        self._check_row(i, labels=False)
         return i
 
     def image_shape(self, index: int) -> tuple[int, int, int]:
@@ -326,7 +333,9 @@ class Dataset(EpochIteration):
 
     def read_image(self, index: int) -> np.ndarray:
         """The image of one sample: a read-only zero-copy view for raw, a new array otherwise."""
-        i = self._row(index)
+        return self._image(self._row(index))
+
+    def _image(self, i: int) -> np.ndarray:
         h, w = int(self.heights[i]), int(self.widths[i])
         if int(self.codecs[i]) == spec.CODEC_RAW:
             start = int(self.offsets[i])
@@ -353,18 +362,19 @@ class Dataset(EpochIteration):
         if name not in self._strings:
             raise errors.UsageError(f"the dataset has no string field {name!r}",
                                     path=self.location)
+        return self._string(name, sample_index(index, len(self), self.location))
+
+    def _string(self, name: str, i: int) -> str:
         offsets, member = self._strings[name]
-        i = sample_index(index, len(self), self.location)
         start, end = int(offsets[i]), int(offsets[i + 1])
-        where = self.member_path(f"{name}.offsets.npy")
         if not start <= end <= member.size:
             raise errors.LayoutError(f"{name} offsets [{start}, {end}) are decreasing or past the "
                                      f"{member.size}-byte file", rule="OFFSETS_NON_MONOTONIC",
-                                     path=where, index=i)
+                                     path=self.member_path(f"{name}.offsets.npy"), index=i)
         if end - start > spec.MAX_STRING_BYTES:
             raise errors.LayoutError(f"{name} is {end - start} bytes, over the "
                                      f"{spec.MAX_STRING_BYTES}-byte limit", rule="LIMIT_EXCEEDED",
-                                     path=where, index=i)
+                                     path=self.member_path(f"{name}.offsets.npy"), index=i)
         try:
             return member.slice(start, end).decode("utf-8")
         except UnicodeDecodeError as error:
@@ -375,15 +385,15 @@ class Dataset(EpochIteration):
         if isinstance(index, slice):
             raise errors.UsageError("use ds.batch(indices) to read several samples")
         i = sample_index(index, len(self), self.location)
-        self.ensure_checked(np.array([i]))
+        self._check_row(i)
         count = int(self.counts[i])
-        fields_ = {name: np.array(values[i, :count]) for name, values in self.box_fields.items()}
+        fields_ = {name: values[i, :count].copy() for name, values in self.box_fields.items()}
         for name, values in self.image_fields.items():
-            fields_[name] = np.array(values[i])
+            fields_[name] = values[i].copy()
         for name in self._strings:
-            fields_[name] = self.string_field(name, i)
-        return Sample(index=i, image=self.read_image(i), boxes=np.array(self.boxes[i, :count]),
-                      classes=np.array(self.classes[i, :count]), fields=fields_)
+            fields_[name] = self._string(name, i)
+        return Sample(index=i, image=self._image(i), boxes=self.boxes[i, :count].copy(),
+                      classes=self.classes[i, :count].copy(), fields=fields_)
 
     def batch(self, indices: Sequence[int] | np.ndarray, out: np.ndarray | None = None,
               pad_value: int | None = 0, num_threads: int | None = None, *,
