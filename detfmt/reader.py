@@ -29,6 +29,9 @@ from detfmt.schema import Header
 
 __all__ = ["Dataset"]
 
+# How far a sample has been checked (R-44): its record and count, then its labels.
+_UNCHECKED, _RECORD, _LABELS, _BROKEN = 0, 1, 2, 3
+
 
 def _codec_of(header: Header) -> str:
     used = [name for name, count in header.image.codecs.items() if count]
@@ -107,16 +110,14 @@ class Dataset(EpochIteration):
         self.codecs = self.index["codec"]
         self.max_boxes = header.max_boxes
         self.fixed_images = self._fixed_images()
-        # Records, counts and labels are checked a chunk at a time on first use (R-44).
-        self.chunk = validate.INDEX_CHUNK
-        chunks = -(-len(self.index) // self.chunk)
-        self._index_ok = np.zeros(chunks, dtype=bool)
-        self._labels_ok = np.zeros(chunks, dtype=bool)
-        self._bad_rows: dict[int, np.ndarray] = {}  # chunk -> local rows whose labels break a rule
-        self._check_lock = threading.Lock()
+        # Records, counts and labels are checked when first used (R-44); one byte per sample
+        # says how far (zeroed pages: nothing is allocated for samples never read).
+        self._state = np.zeros(len(self.index), np.uint8)
+        self._broken = False  # some sample's labels break a rule
+        self._lock = threading.Lock()
         self._sizes: np.ndarray | None = None
         self._pread_fd = -1
-        self._ensure_index_chunk(0)
+        self.ensure_checked(np.arange(min(len(self.index), validate.INDEX_CHUNK)), labels=False)
         self.schema = DatasetSchema(
             classes=list(header.classes), box_fields=list(header.box_fields),
             image_fields=list(header.image_fields),
@@ -154,74 +155,80 @@ class Dataset(EpochIteration):
 
     # ------------------------------------------------------------------ lazy checks (R-44)
 
-    def _ensure_index_chunk(self, chunk: int) -> None:
-        if chunk >= len(self._index_ok) or self._index_ok[chunk]:
-            return
-        start = chunk * self.chunk
-        stop = start + self.chunk
-        blob = self.blob_member
-        for violation in validate.check_index(self.index, self.header, blob.size, blob.path,
-                                              start, stop):
-            raise violation.to_error()
-        for violation in validate.check_counts(self.counts[start:stop], self.max_boxes,
-                                               self.members[spec.COUNTS_FILE].path, start):
-            raise violation.to_error()
-        self._index_ok[chunk] = True  # idempotent, so a race between threads is harmless
-
-    def _ensure_label_chunk(self, chunk: int) -> None:
-        self._ensure_index_chunk(chunk)
-        with self._check_lock:
-            if self._labels_ok[chunk]:
-                return
-            start = chunk * self.chunk
-            rows = np.arange(start, min(len(self), start + self.chunk))
-            stop = start + len(rows)
-            bad = validate.label_rows_broken(
-                boxes=self.boxes[start:stop], classes=self.classes[start:stop],
-                counts=self.counts[start:stop], heights=self.heights[start:stop],
-                widths=self.widths[start:stop], num_classes=self.header.num_classes,
-                box_fields=[v[start:stop] for v in self.box_fields.values()])
-            if bad.any():
-                self._bad_rows[chunk] = rows[bad]
-            self._labels_ok[chunk] = True
-
     def ensure_checked(self, rows: np.ndarray, labels: bool = True) -> None:
-        """Check the index records, counts and (``labels``) labels of ``rows`` (local indices in
-        0..N-1) before use: each chunk once, then a bitmap lookup. A broken label raises the
-        typed error of its rule naming the first broken sample among ``rows``."""
+        """Check the index records and counts, and (``labels``) the labels, of ``rows`` (local
+        indices in 0..N-1) before use: each record once (its links to both neighbours included,
+        SPEC §8), then a lookup in a per-sample state array. A broken record raises the typed
+        error of its rule; a broken label too, naming the first broken sample among ``rows``,
+        while the other samples stay readable."""
         if not len(rows):
             return
-        if len(self._index_ok) == 1:
-            chunks = np.zeros(1, np.int64)
-        else:
-            chunks = np.unique(rows // self.chunk)
-        todo = chunks[~(self._labels_ok if labels else self._index_ok)[chunks]]
-        for chunk in todo.tolist():
+        need = _LABELS if labels else _RECORD
+        state = self._state[rows]
+        if (state < need).any():
+            todo = np.unique(rows[state < need])
+            fresh = todo[self._state[todo] == _UNCHECKED]
+            if len(fresh):
+                self._check_records(fresh)
             if labels:
-                self._ensure_label_chunk(chunk)
-            else:
-                self._ensure_index_chunk(chunk)
-        if labels and self._bad_rows:
-            self._blame(rows)
+                self._check_labels(todo[self._state[todo] == _RECORD])
+            state = self._state[rows]
+        if labels and self._broken and (state == _BROKEN).any():
+            self._blame(rows[state == _BROKEN])
 
     def _check_row(self, i: int, labels: bool = True) -> None:
-        """`ensure_checked` for one row: a bitmap lookup once its chunk has been checked."""
-        if not (self._labels_ok if labels else self._index_ok)[i // self.chunk]:
+        """`ensure_checked` of one row: one lookup once it has been checked."""
+        state = self._state[i]
+        if state < (_LABELS if labels else _RECORD) or (labels and state == _BROKEN):
             self.ensure_checked(np.array([i]), labels)
-        elif labels and self._bad_rows:
-            self._blame(np.array([i]))
+
+    def _check_records(self, rows: np.ndarray) -> None:
+        blob = self.blob_member
+        if not validate.index_rows_ok(self.index, self.header, blob.size, self.counts,
+                                      self.max_boxes, rows):
+            # Something is broken (the rare path): the whole index names the rule, so that the
+            # id does not depend on which samples were read first (SPEC §8's chain diagnosis
+            # needs the whole chain), then the counts of these rows.
+            self.validate_index()
+            for row in rows.tolist():
+                for violation in validate.check_counts(self.counts[row : row + 1],
+                                                       self.max_boxes,
+                                                       self.members[spec.COUNTS_FILE].path, row):
+                    raise violation.to_error()
+        self._state[rows] = np.maximum(self._state[rows], _RECORD)
+
+    def _check_labels(self, rows: np.ndarray) -> None:
+        if not len(rows):
+            return
+        bad = validate.label_rows_broken(
+            boxes=self.boxes[rows], classes=self.classes[rows], counts=self.counts[rows],
+            heights=self.heights[rows], widths=self.widths[rows],
+            num_classes=self.header.num_classes,
+            box_fields=[values[rows] for values in self.box_fields.values()])
+        if bad.any():
+            self._broken = True
+        self._state[rows] = np.where(bad, _BROKEN, _LABELS)
 
     def _blame(self, rows: np.ndarray) -> None:
-        bad = np.concatenate(list(self._bad_rows.values()))
-        hit = np.intersect1d(rows, bad)
-        if hit.size:
-            for violation in self._label_violations(hit[:1]):
-                raise violation.to_error()
+        for violation in self._label_violations(np.unique(rows)[:1]):
+            raise violation.to_error()
 
     def validate_index(self) -> None:
-        """Check every index record and count now (reading does it lazily, chunk by chunk)."""
-        for chunk in range(len(self._index_ok)):
-            self._ensure_index_chunk(chunk)
+        """Check every index record and count now (reading checks what it uses, lazily)."""
+        n = len(self)
+        if n == 0 or (self._state >= _RECORD).all():
+            return
+        blob = self.blob_member
+        step = max(validate.INDEX_CHUNK, 1 << 16)
+        for start in range(0, n, step):
+            stop = min(n, start + step)
+            for violation in validate.check_index(self.index, self.header, blob.size, blob.path,
+                                                  start, stop):
+                raise violation.to_error()
+            for violation in validate.check_counts(self.counts[start:stop], self.max_boxes,
+                                                   self.members[spec.COUNTS_FILE].path, start):
+                raise violation.to_error()
+            self._state[start:stop] = np.maximum(self._state[start:stop], _RECORD)
 
     def _label_violations(self, rows: np.ndarray) -> Iterator[validate.Violation]:
         paths = (self.members[spec.BOXES_FILE].path, self.members[spec.CLASSES_FILE].path)
@@ -447,7 +454,7 @@ class Dataset(EpochIteration):
     def pread_fd(self) -> int:
         """A descriptor of the file holding images.bin, verified to be the one mapped at open,
         shared by all threads (positional reads only); closed by `close`."""
-        with self._check_lock:
+        with self._lock:
             if self._pread_fd < 0:
                 self._pread_fd = self.blob_member.open_pread()
             return self._pread_fd

@@ -184,10 +184,52 @@ def _index_descr() -> list[list[str]]:
 # --------------------------------------------------------------------------- index
 
 
-#: The reader checks index records, counts and labels in chunks of this many samples, each chunk
-#: on its first use: small enough that a random first batch costs O(batch), large enough that
-#: the per-chunk overhead vanishes over an epoch.
-INDEX_CHUNK = 1 << 11
+#: Records checked at open, and the block size of a full index check (`Dataset.validate_index`);
+#: reading checks exactly the records it uses (`index_rows_ok`), so the first batch after open
+#: costs O(batch) whatever N is.
+INDEX_CHUNK = 1 << 8
+
+
+def index_rows_ok(index: np.ndarray, header: Header, blob_size: int, counts: np.ndarray,
+                  max_boxes: int, rows: np.ndarray) -> bool:
+    """True when the records ``rows`` (sorted, unique) and their counts pass every check of
+    `check_index` and `check_counts` for the one-record ranges ``[row, row + 1)``, links to both
+    neighbours included: one vectorized pass with no per-rule work (the hot case). When it is
+    False, `check_index` and `check_counts` on those ranges name the rule and the record."""
+    n = len(index)
+    if n == 0 or not len(rows):
+        return n != 0 or blob_size == 0
+    size = np.uint64(blob_size)
+    mask = np.uint64(spec.ALIGNMENT - 1)
+    recs = index[rows]
+    offsets = recs["offset"]
+    nbytes = recs["nbytes"]
+    if not ((offsets <= size).all() and (nbytes <= size).all()):
+        return False
+    ends = (offsets + nbytes + mask) & ~mask  # bounded by the blob size: no wrap-around
+    has_prev = rows > 0
+    prev = index[np.where(has_prev, rows - 1, 0)]
+    prev_bounded = (prev["offset"] <= size) & (prev["nbytes"] <= size)
+    prev_ends = (np.minimum(prev["offset"], size) + np.minimum(prev["nbytes"], size) + mask) & ~mask
+    linked = np.where(has_prev, prev_bounded & (offsets == prev_ends), offsets == 0)
+    has_next = rows < n - 1
+    nxt = index[np.where(has_next, rows + 1, 0)]
+    linked &= np.where(has_next, nxt["offset"] == ends, ends == size)
+    heights = recs["height"]
+    widths = recs["width"]
+    codecs = recs["codec"]
+    decoded = heights.astype(np.uint64) * widths.astype(np.uint64) * np.uint64(spec.CHANNELS)
+    raw = codecs == spec.CODEC_RAW
+    good = (linked & (heights >= 1) & (heights <= spec.MAX_SIDE) & (widths >= 1)
+            & (widths <= spec.MAX_SIDE) & (recs["channels"] == spec.CHANNELS)
+            & (recs["flags"] == 0) & (recs["reserved"] == 0) & (codecs <= spec.CODEC_PNG)
+            & (recs["decoded_nbytes"] == decoded)
+            & np.where(raw, nbytes == decoded, nbytes != 0))
+    fixed = header.image.fixed_shape
+    if fixed is not None:
+        good &= raw & (heights == fixed[0]) & (widths == fixed[1])
+    row_counts = counts[rows]
+    return bool(good.all() and (row_counts >= 0).all() and (row_counts <= max_boxes).all())
 
 
 def check_index(index: np.ndarray, header: Header, blob_size: int, path: str,
@@ -443,15 +485,23 @@ def label_rows_broken(*, boxes: np.ndarray, classes: np.ndarray, counts: np.ndar
     m = boxes.shape[1]
     mask = np.arange(m) < counts[:, None]
     x1, y1, x2, y2 = (boxes[..., k] for k in range(4))
+    # NaN fails every comparison and an infinity fails a bound, so these also test finiteness
     with np.errstate(invalid="ignore"):
-        good = np.isfinite(boxes).all(axis=-1) & (x1 <= x2) & (y1 <= y2)
-        good &= (x1 >= 0) & (y1 >= 0)
+        good = (x1 <= x2) & (y1 <= y2) & (x1 >= 0) & (y1 >= 0)
         good &= x2 <= widths[:, None].astype(np.float32)
         good &= y2 <= heights[:, None].astype(np.float32)
     good &= (classes >= 0) & (classes < num_classes)
-    bad = (mask & ~good).any(axis=1)
     padding = ~mask
-    bad |= (padding & (boxes.view(np.uint32) != 0).any(axis=-1)).any(axis=1)
+    raw = boxes.view(np.uint32)
+    clean = (good | padding).all() and not (padding & (classes != spec.CLASS_PADDING)).any()
+    clean = clean and not (padding[..., None] & (raw != 0)).any()
+    for values in box_fields:
+        field = values.view(np.uint8 if values.dtype.itemsize == 1 else np.uint32)
+        clean = clean and not (padding & (field != 0)).any()
+    if clean:  # the hot case: one pass, no per-row reductions
+        return np.zeros(len(counts), bool)
+    bad = (mask & ~good).any(axis=1)
+    bad |= (padding & (raw != 0).any(axis=-1)).any(axis=1)
     bad |= (padding & (classes != spec.CLASS_PADDING)).any(axis=1)
     for values in box_fields:
         raw = values.view(np.uint8 if values.dtype.itemsize == 1 else np.uint32)
