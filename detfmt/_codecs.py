@@ -56,12 +56,13 @@ def encode(
         return _zstd_compressor(zstd_level).compress(np.ascontiguousarray(image))
     if codec == "jpeg":
         if simplejpeg is not None:
-            return simplejpeg.encode_jpeg(
+            return simplejpeg.encode_jpeg(  # W-5: baseline, 4:4:4 (decoders agree, SPEC §9.3)
                 np.ascontiguousarray(image), quality=jpeg_quality, colorspace="RGB",
-                colorsubsampling="420",
+                colorsubsampling="444",
             )
         buffer = io.BytesIO()
-        Image.fromarray(image, "RGB").save(buffer, format="JPEG", quality=jpeg_quality)
+        Image.fromarray(image, "RGB").save(buffer, format="JPEG", quality=jpeg_quality,
+                                           subsampling=0)
         return buffer.getvalue()
     if codec == "png":
         buffer = io.BytesIO()
