@@ -14,6 +14,7 @@ from typing import BinaryIO
 
 import msgspec
 
+from detfmt._json import parse_json
 from detfmt.errors import NotDetfmtError, UnsupportedVersionError
 from detfmt.shard.errors import PackError
 
@@ -118,10 +119,15 @@ def toc_length_prefix(head: bytes, where: str = "") -> int:
 
 
 def parse_toc(blob: bytes, file_size: int, where: str = "") -> Toc:
-    """Decode the TOC and check the layout rules of S-10 against the file size."""
+    """Decode the TOC and check the layout rules of S-10 against the file size. The JSON value
+    may be followed by ASCII spaces only (the padding of the canonical layout, SPEC §19.4)."""
+    value = blob.rstrip(b" ")
+    raw = parse_json(value, path=where, limit=None, rule="PACK_LAYOUT", error=PackError)
+    if not value.endswith(b"}"):
+        raise PackError("only spaces may follow the table of contents' JSON", path=where)
     try:
-        toc = msgspec.json.decode(blob, type=Toc)
-    except (msgspec.ValidationError, msgspec.DecodeError) as e:
+        toc = msgspec.convert(raw, Toc)
+    except msgspec.ValidationError as e:
         raise PackError(f"invalid table of contents: {e}", path=where) from e
     pos = align64(PREFIX + len(blob))
     seen: set[str] = set()
