@@ -219,6 +219,17 @@ class Dataset(Sequence):
         self.counts: np.ndarray = arrays[spec.COUNTS_FILE]
         for violation in validate.check_index_tail(self.index, header, blob.size, blob.path):
             raise violation.to_error()
+        # SPEC §12 step 4: the string tails are O(1) open checks, before any index record
+        self._strings: dict[str, tuple[np.ndarray, _Member]] = {}
+        for name in header.image_fields:
+            if name in spec.STRING_FIELDS:
+                offsets = arrays[f"{name}.offsets.npy"]
+                text = members[f"{name}.bin"]
+                if int(offsets[0]) != 0 or int(offsets[-1]) != text.size:  # O(1) at open;
+                    raise errors.LayoutError(  # each string is checked when read
+                        f"string offsets must run from 0 to {text.size}", rule="OFFSETS_BOUNDS",
+                        path=members[f"{name}.offsets.npy"].path)
+                self._strings[name] = (offsets, text)
         # The index and counts are validated in chunks on first use (the first one now), so
         # opening a dataset of millions of samples stays O(1); no record is used unchecked.
         chunks = -(-len(self.index) // validate.INDEX_CHUNK)
@@ -231,16 +242,6 @@ class Dataset(Sequence):
         self.image_fields: dict[str, np.ndarray] = {
             name: arrays[f"{name}.npy"] for name in header.image_fields
             if name not in spec.STRING_FIELDS}
-        self._strings: dict[str, tuple[np.ndarray, _Member]] = {}
-        for name in header.image_fields:
-            if name in spec.STRING_FIELDS:
-                offsets = arrays[f"{name}.offsets.npy"]
-                text = members[f"{name}.bin"]
-                if int(offsets[0]) != 0 or int(offsets[-1]) != text.size:  # O(1) at open;
-                    raise errors.LayoutError(  # each string is checked when read
-                        f"string offsets must run from 0 to {text.size}", rule="OFFSETS_BOUNDS",
-                        path=members[f"{name}.offsets.npy"].path)
-                self._strings[name] = (offsets, text)
         self._blob = blob.array(np.dtype(np.uint8), blob.size, 0)
         self._offsets = self.index["offset"]
         self._nbytes = self.index["nbytes"]
@@ -266,10 +267,8 @@ class Dataset(Sequence):
         stop = start + validate.INDEX_CHUNK
         blob = self._members[spec.BLOB_FILE]
         for violation in validate.check_index(self.index, self.header, blob.size, blob.path,
-                                              start, stop):
-            raise violation.to_error()
-        for violation in validate.check_counts(self.counts[start:stop], self.header.max_boxes,
-                                               self._members[spec.COUNTS_FILE].path, start):
+                                              start, stop, self.counts[start:stop],
+                                              self._members[spec.COUNTS_FILE].path):
             raise violation.to_error()
         self._chunk_ok[chunk] = True  # idempotent, so a race between threads is harmless
 
@@ -621,7 +620,7 @@ def open_dataset(path: str | os.PathLike[str], *, max_header_bytes: int = spec.M
     both manifest.json and header.json is refused (``ROOT_LAYOUT``, SPEC.md S-1).
     """
     text = os.fspath(path)
-    if "://" in text or os.path.isfile(os.path.join(text, "manifest.json")):
+    if "://" in text or os.path.lexists(os.path.join(text, "manifest.json")):  # any entry
         from detfmt.shard.manifest import check_root_layout
         from detfmt.shard.sharded import open_sharded
 

@@ -55,7 +55,7 @@ def verify(path: str | os.PathLike[str], *, raise_on_error: bool = True,
             list attached as ``error.violations``.
     """
     root = Path(path)
-    if (root / "manifest.json").is_file():  # a 1.1 sharded root (S-1: never also a 1.0 one)
+    if os.path.lexists(root / "manifest.json"):  # a 1.1 sharded root (S-1, §19.2: any entry)
         from detfmt.shard.verify import verify_sharded
 
         return verify_sharded(root, raise_on_error=raise_on_error)
@@ -75,9 +75,10 @@ def verify(path: str | os.PathLike[str], *, raise_on_error: bool = True,
         _check_files(dataset, report)
         return _finish(report, raise_on_error)
     _check_files(dataset, report)
-    _check_payloads(dataset, report)
+    # SPEC §12 steps 7-9: labels, then image fields, then payloads (cheap checks first)
     _check_labels(dataset, report)
     _check_image_fields(dataset, report)
+    _check_payloads(dataset, report)
     return _finish(report, raise_on_error)
 
 
@@ -102,6 +103,11 @@ def _check_files(dataset: Dataset, report: VerifyReport) -> None:
         if digest.hexdigest() != info.xxh3_64:
             report.add(Violation("FILE_CHECKSUM", member.path,
                                  f"xxh3-64 is {digest.hexdigest()}, header says {info.xxh3_64}"))
+    check_codec_counts(dataset, report)
+
+
+def check_codec_counts(dataset: Dataset, report: VerifyReport) -> None:
+    """SPEC §12 step 6: the non-zero entries of ``image.codecs`` equal the index's counts."""
     codecs = np.bincount(dataset.index["codec"], minlength=4) if len(dataset) else np.zeros(4)
     declared = dataset.header.image.codecs
     if declared:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import stat
 import tempfile
 import threading
 from collections import OrderedDict
@@ -23,15 +22,15 @@ from detfmt.reader import NumpyBatch, Sample, SampleIndexError, normalize_index
 from detfmt.shard.errors import SchemaMismatchError, ShardChecksumError
 from detfmt.shard.manifest import (
     MANIFEST_NAME,
-    MAX_MANIFEST_BYTES,
     Manifest,
     check_root_layout,
     decode_manifest,
+    read_manifest_bytes,
+    shard_lstat,
 )
 from detfmt.shard.order import DEFAULT_SHARD_WINDOW, EpochPlan, OrderState, ShardWorkingSet
 from detfmt.shard.packed import PackedDataset
 from detfmt.shard.write import is_url
-from detfmt.spec import INDEX_DTYPE
 
 __all__ = ["ShardedDataset", "is_sharded", "open_sharded"]
 
@@ -41,7 +40,7 @@ def is_sharded(path: str | os.PathLike[str]) -> bool:
     text = os.fspath(path)
     if is_url(text):
         return True
-    return os.path.isfile(os.path.join(text, MANIFEST_NAME))
+    return os.path.lexists(os.path.join(text, MANIFEST_NAME))  # any entry (S-1, §19.2)
 
 
 class ShardedDataset(Sequence):
@@ -102,28 +101,14 @@ class ShardedDataset(Sequence):
             if self.root.startswith("file://"):
                 self.root = self.root[len("file://") :]
             where = os.path.join(self.root, MANIFEST_NAME)
-            try:
-                with open(where, "rb") as f:
-                    data = f.read(MAX_MANIFEST_BYTES + 1)
-            except FileNotFoundError as error:
-                raise errors.DatasetNotFoundError("no manifest.json", path=where) from error
             check_root_layout(self.root)  # S-1: never both a 1.0 and a 1.1 root
-            self.manifest = decode_manifest(data, where)
+            self.manifest = decode_manifest(read_manifest_bytes(self.root), where)
             self._max_open = max_open or max(1, len(self.manifest.shards))
             if check_files:
                 check_shard_files(self.root, self.manifest.shards)
             self._files_checked = check_files
         self.shards = self.manifest.shards
         self.schema = self.manifest.schema
-        for k, info in enumerate(self.shards):
-            if info.num_samples * INDEX_DTYPE.itemsize > info.bytes:
-                # a shard holds an index record per sample (S-11): a count its size cannot
-                # hold fails S-8 once the shard is opened; refuse it before plan() or a batch
-                # sizes arrays by it
-                raise SchemaMismatchError(
-                    f"shards[{k}] claims {info.num_samples} samples in {info.bytes} bytes",
-                    path=where,
-                )
         self._starts = np.array([s.first_index for s in self.shards], dtype=np.int64)
         self._counts = np.array([s.num_samples for s in self.shards], dtype=np.int64)
         self._open: OrderedDict[int, tuple] = OrderedDict()
@@ -219,10 +204,13 @@ class ShardedDataset(Sequence):
             problems.append("fixed_shape")
         if h.image.max_side != s.max_side:
             problems.append("max_side")
-        if s.codec != "mixed" and set(h.image.codecs) - {s.codec}:
+        used = {name: count for name, count in h.image.codecs.items() if count}
+        if s.codec != "mixed" and h.num_samples and used != {s.codec: h.num_samples}:
             problems.append("codec")
         if h.num_samples != info.num_samples or h.max_boxes != info.max_boxes:
             problems.append("num_samples/max_boxes")
+        if set(h.required_features) - set(self.manifest.required_features):
+            problems.append("required_features")
         if problems:
             raise SchemaMismatchError(
                 f"shard disagrees with the manifest: {', '.join(problems)}", path=str(ds.path)
@@ -473,18 +461,7 @@ def check_shard_files(root: str, shards: Sequence[Any]) -> None:
     directory or FIFO) and has the manifest's size. One ``lstat`` per shard, nothing read."""
     for info in shards:
         path = os.path.join(root, *info.path.split("/"))
-        try:
-            st = os.lstat(path)
-        except (FileNotFoundError, NotADirectoryError) as error:
-            raise errors.LayoutError(
-                f"shard {info.path} listed by the manifest is missing", rule="FILE_MISSING",
-                path=path,
-            ) from error
-        except OSError as error:  # ELOOP, ENAMETOOLONG, EACCES...
-            raise errors.UnsafePathError(f"cannot stat shard ({error.strerror})",
-                                         path=path) from error
-        if not stat.S_ISREG(st.st_mode):
-            raise errors.UnsafePathError("a shard must be a regular file", path=path)
+        st = shard_lstat(root, info.path)  # SPEC §19.4 step 9: no link in any component
         if st.st_size != info.bytes:
             raise ShardChecksumError(
                 f"shard is {st.st_size} bytes, manifest says {info.bytes}", rule="SHARD_SIZE",

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import stat
 from pathlib import Path
 
 import xxhash
@@ -23,7 +22,7 @@ from detfmt.shard.errors import (
     SchemaMismatchError,
     ShardChecksumError,
 )
-from detfmt.shard.manifest import check_root_layout, read_manifest
+from detfmt.shard.manifest import check_root_layout, read_manifest, shard_lstat
 from detfmt.shard.packed import PackedDataset
 from detfmt.validate import Violation
 from detfmt.verify import VerifyReport
@@ -95,25 +94,23 @@ def verify_sharded(root: str | os.PathLike[str], *, raise_on_error: bool = True)
         )
         return _finish(report, raise_on_error)
     report.num_samples = manifest.num_samples
-    for k, info in enumerate(manifest.shards):
+    present = []
+    for info in manifest.shards:  # SPEC §19.4 step 9: every shard file, before any content
         path = str(root_path / info.path)
         try:
-            mode = os.lstat(path).st_mode
-            if not stat.S_ISREG(mode):  # a link, a directory, a FIFO (would block)...: R-11
-                report.add(Violation("PATH_UNSAFE", path, "a shard must be a regular file"))
-                continue
-            size, digest = _file_digest(path)
-        except (FileNotFoundError, NotADirectoryError):
-            report.add(
-                Violation("FILE_MISSING", path, "shard file listed by the manifest is missing")
-            )
-            continue
-        except OSError as error:  # a directory, a loop, no permission...
-            report.add(Violation("PATH_UNSAFE", path, f"cannot read shard ({error.strerror})"))
+            size = shard_lstat(str(root_path), info.path).st_size
+        except errors.FormatError as error:
+            report.add(Violation(error.rule or "FILE_MISSING", error.path or path, error.message))
             continue
         if size != info.bytes:
             report.add(Violation("SHARD_SIZE", path, f"{size} bytes, manifest says {info.bytes}"))
             continue
+        present.append(info)
+    if len(present) != len(manifest.shards):
+        return _finish(report, raise_on_error)
+    for k, info in enumerate(manifest.shards):  # step 10, shard by shard
+        path = str(root_path / info.path)
+        _, digest = _file_digest(path)
         if digest != info.xxh3_64:
             report.add(
                 Violation(
@@ -122,17 +119,18 @@ def verify_sharded(root: str | os.PathLike[str], *, raise_on_error: bool = True)
             )
         try:
             ds = PackedDataset(path)
-            checker._check_schema(ds, k)
             ds.validate_index()
+            checker._check_schema(ds, k)
         except errors.FormatError as error:
             report.add(
                 Violation(error.rule or "FORMAT", error.path or path, error.message, error.index)
             )
             continue
         _check_members(ds, report)
-        core_verify._check_payloads(ds, report)
+        core_verify.check_codec_counts(ds, report)
         core_verify._check_labels(ds, report)
         core_verify._check_image_fields(ds, report)
+        core_verify._check_payloads(ds, report)
     return _finish(report, raise_on_error)
 
 
