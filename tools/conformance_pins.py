@@ -877,6 +877,8 @@ INVALID_1_1: list[tuple[str, str, str, Callable[[], Root]]] = [
      manifest(lambda m: m.update(version="1.3"))),
     ("manifest_version_syntax", "MANIFEST_SCHEMA", "manifest version \"1\"",
      manifest(lambda m: m.update(version="1"))),
+    ("manifest_max_boxes_range", "MANIFEST_SCHEMA", "a shard entry's max_boxes is 65537 (its "
+     "header's is 2)", manifest(lambda m: m["shards"][0].update(max_boxes=65537))),
     ("manifest_features_duplicate", "MANIFEST_SCHEMA", "required_features lists sharded twice",
      manifest(lambda m: m.update(required_features=["sharded", "sharded"]))),
     ("order_manifest_version_before_schema", "VERSION_UNSUPPORTED", "version \"1.3\" and an "
