@@ -30,33 +30,41 @@ class Case:
     rule: str | None = None  # invalid cases: the rule id the reader must report
     expected: Path | None = None  # valid cases: the expected-output sidecar
     grow: dict[str, Any] | None = None
+    links: tuple[tuple[str, str], ...] = ()  # (path, target): symbolic links to make first
 
 
 def load_cases(root: Path = ROOT) -> list[Case]:
     catalog = json.loads((root / "cases.json").read_text(encoding="utf-8"))
     cases = [Case(id=c["id"], kind="valid", path=root / c["path"], description=c["description"],
-                  format_version=c.get("format_version", "1.0"), expected=root / c["expected"])
+                  format_version=c.get("format_version", "1.0"), expected=root / c["expected"],
+                  links=tuple(tuple(link) for link in c.get("links", [])))
              for c in catalog["valid"]]
     cases += [Case(id=c["id"], kind="invalid", path=root / c["path"],
                    description=c["description"], format_version=c.get("format_version", "1.0"),
-                   rule=c["rule"], grow=c.get("grow"))
+                   rule=c["rule"], grow=c.get("grow"),
+                   links=tuple(tuple(link) for link in c.get("links", [])))
               for c in catalog["invalid"]]
     return cases
 
 
 @contextmanager
 def materialize(case: Case) -> Iterator[Path]:
-    """The dataset directory to hand to a reader (a grown temporary copy for "grow" cases)."""
-    if case.grow is None:
+    """The dataset directory to hand to a reader: the committed one, or a temporary copy for
+    cases that cannot be committed as they are: "grow" (a file grown to a size) and "links"
+    (symbolic links, made here so the suite holds plain files only)."""
+    if case.grow is None and not case.links:
         yield case.path
         return
     with tempfile.TemporaryDirectory(prefix="detfmt-conformance-") as scratch:
         target = Path(scratch) / case.id
         shutil.copytree(case.path, target)
-        member = target / case.grow["file"]
-        data = member.read_bytes()
-        filler = case.grow["byte"].encode("ascii")
-        member.write_bytes(data + filler * (case.grow["size"] - len(data)))
+        if case.grow is not None:
+            member = target / case.grow["file"]
+            data = member.read_bytes()
+            filler = case.grow["byte"].encode("ascii")
+            member.write_bytes(data + filler * (case.grow["size"] - len(data)))
+        for path, link_target in case.links:
+            (target / path).symlink_to(link_target)
         yield target
 
 

@@ -1,9 +1,12 @@
-"""A second detfmt reader (1.0 datasets and 1.1 sharded roots), written from SPEC.md alone
-(it does not import detfmt).
+"""A second detfmt reader (1.0 datasets, ragged labels of 1.2, 1.1/1.2 sharded roots), written
+from SPEC.md alone (it does not import detfmt).
 
 It exists to keep SPEC.md, the goldens and the reference implementation honest: the conformance
-suite must pass against both readers. It is deliberately simple (whole files read into memory,
-scalar loops), so use it on small datasets only. It speaks the runner protocol:
+suite must pass against both readers. It follows SPEC.md's numbered procedures step by step
+(§12 for a dataset, §19.4 for a sharded root, §9 for the codecs, §5.6 for JSON) and is
+deliberately simple: whole files read into memory, scalar loops, its own zstd frame walk and its
+own PNG decoder (libzstd decodes zstd blocks, libjpeg-turbo through Pillow decodes JPEG scans).
+Use it on small datasets only. It speaks the runner protocol:
 
     python -m conformance --reader "python -m conformance.spec_reader"
 """
@@ -13,13 +16,14 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
-import itertools
 import json
+import math
 import os
 import re
 import stat
 import struct
 import sys
+import zlib
 from collections.abc import Callable
 from typing import Any
 
@@ -36,6 +40,10 @@ CODECS = {0: "raw", 1: "zstd", 2: "jpeg", 3: "png"}
 IMAGE_ARRAYS = {"orig_size": ("<u4", (2,)), "scale_offset": ("<f8", (4,)),
                 "source_id": ("<i8", ())}
 IMAGE_FIELDS = ("orig_size", "scale_offset", "source_id", "file_name")
+HEADER_FEATURES = {"ragged_labels"}  # §14: features of header.json this reader implements
+MANIFEST_FEATURES = {"sharded", "ragged_labels"}
+MANIFEST_MINORS = {1, 2}
+VERSION = re.compile(r"[0-9]{1,4}\.[0-9]{1,4}")
 
 
 class Reject(Exception):
@@ -59,135 +67,171 @@ def is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-# --------------------------------------------------------------------------- files (§4, R-11)
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
-def read_member(root: str, name: str) -> bytes | None:
-    """The bytes of a regular file, None if absent; symlinks and non-files are PATH_UNSAFE."""
-    try:
-        fd = os.open(os.path.join(root, name), os.O_RDONLY | os.O_NOFOLLOW)
-    except FileNotFoundError:
-        return None
-    except OSError as error:
-        raise Reject("PATH_UNSAFE") from error
-    try:
-        info = os.fstat(fd)
-        require(stat.S_ISREG(info.st_mode), "PATH_UNSAFE")
-        if name == "header.json":
-            require(info.st_size <= MIB, "HEADER_TOO_LARGE")
-        chunks, left = [], info.st_size
-        while left > 0:
-            chunk = os.read(fd, left)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
-# --------------------------------------------------------------------------- header (§5, §14)
+# --------------------------------------------------------------------------- JSON profile (§5.6)
 
 
 def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in pairs:
-        require(key not in out, "HEADER_JSON")
+        if key in out:
+            raise ValueError("duplicate member name")
         out[key] = value
     return out
 
 
-def _no_constant(name: str) -> None:
-    raise Reject("HEADER_JSON")
+def _int(token: str) -> int:
+    if len(token) > 64:
+        raise ValueError("number token over 64 characters")
+    return int(token)
 
 
-def parse_header(root: str) -> dict[str, Any]:
-    require(os.path.exists(root), "HEADER_MISSING")
-    require(os.path.isdir(root), "NOT_DETFMT")
-    return parse_header_bytes(read_member(root, "header.json"))
+def _float(token: str) -> float:
+    value = float(token)
+    if len(token) > 64 or not math.isfinite(value):
+        raise ValueError("number token over 64 characters or not finite")
+    return value
 
 
-def parse_header_bytes(data: bytes | None) -> dict[str, Any]:
-    """§5 and §14 on the bytes of header.json (a file, or a member of a shard, §19.4)."""
-    require(data is not None, "HEADER_MISSING")
-    assert data is not None
-    require(len(data) <= MIB, "HEADER_TOO_LARGE")
-    require(data and not data.startswith(b"\xef\xbb\xbf"), "HEADER_ENCODING")
+def _constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _tree_ok(value: Any) -> bool:
+    """At most 64 nested arrays and objects; no string holds a lone surrogate."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            if depth > 64:
+                return False
+            children = item.items() if isinstance(item, dict) else enumerate(item)
+            for key, child in children:
+                if isinstance(key, str) and not _scalar_values_ok(key):
+                    return False
+                stack.append((child, depth + 1))
+        elif isinstance(item, str) and not _scalar_values_ok(item):
+            return False
+    return True
+
+
+def _scalar_values_ok(text: str) -> bool:
+    return not any(0xD800 <= ord(c) <= 0xDFFF for c in text)
+
+
+def parse_json(data: bytes, rule: str, encoding_rule: str | None = None) -> dict[str, Any]:
+    """§5.6: UTF-8 without BOM, RFC 8259, unique names, depth 64, tokens of 64 characters."""
+    require(data and not data.startswith(b"\xef\xbb\xbf"), encoding_rule or rule)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
-        raise Reject("HEADER_ENCODING") from error
+        raise Reject(encoding_rule or rule) from error
     try:
-        header = json.loads(text, object_pairs_hook=_pairs, parse_constant=_no_constant)
-    except ValueError as error:
-        raise Reject("HEADER_JSON") from error
-    require(isinstance(header, dict), "HEADER_JSON")
+        value = json.loads(text, object_pairs_hook=_pairs, parse_int=_int, parse_float=_float,
+                           parse_constant=_constant)
+    except (ValueError, RecursionError) as error:
+        raise Reject(rule) from error
+    require(isinstance(value, dict) and _tree_ok(value), rule)
+    return value
+
+
+# --------------------------------------------------------------------------- files (§4, R-11)
+
+
+def read_regular(path: str, limit: int | None = None, limit_rule: str = "") -> bytes | None:
+    """A regular file's bytes (None if absent); symbolic links and other types are PATH_UNSAFE."""
+    try:
+        info = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    require(stat.S_ISREG(info.st_mode), "PATH_UNSAFE")
+    require(limit is None or info.st_size <= limit, limit_rule)
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as file:
+        return file.read()
+
+
+# --------------------------------------------------------------------------- header (§12 step 1)
+
+
+def header_from_bytes(data: bytes) -> dict[str, Any]:
+    """§12 step 1 from R-2 on, on the bytes of header.json (a file, or a member of a shard)."""
+    require(len(data) <= MIB, "HEADER_TOO_LARGE")
+    header = parse_json(data, "HEADER_JSON", "HEADER_ENCODING")
     require(header.get("format") == "detfmt", "NOT_DETFMT")
     version = header.get("version")
-    require(isinstance(version, str) and re.fullmatch(r"[0-9]{1,4}\.[0-9]{1,4}", version),
-            "HEADER_SCHEMA")
+    require(isinstance(version, str) and VERSION.fullmatch(version), "HEADER_SCHEMA")
     require(int(version.split(".")[0]) == 1, "VERSION_UNSUPPORTED")
     features = header.get("required_features", [])
     require(isinstance(features, list) and all(isinstance(f, str) for f in features),
             "HEADER_SCHEMA")
-    require(not features, "FEATURE_UNSUPPORTED")  # 1.0 implements no feature
+    require(set(features) <= HEADER_FEATURES, "FEATURE_UNSUPPORTED")
     check_schema(header)
     check_cross_members(header)
     return header
 
 
-def _check_classes(classes: object) -> None:
-    require(isinstance(classes, list) and len(classes) <= 65536, "HEADER_SCHEMA")
-    assert isinstance(classes, list)
-    for item in classes:
-        require(isinstance(item, dict) and isinstance(item.get("name"), str)
-                and 1 <= len(item["name"]) <= 256, "HEADER_SCHEMA")
-        source = item.get("source_id")
-        require(source is None or (is_int(source) and -(1 << 63) <= source < 1 << 63),
-                "HEADER_SCHEMA")
+def ragged(header: dict[str, Any]) -> bool:
+    return "ragged_labels" in header.get("required_features", [])
 
 
-def _check_image(image: object) -> None:
-    require(isinstance(image, dict), "HEADER_SCHEMA")
-    assert isinstance(image, dict)
-    channels = image.get("channels", 3)
-    require(is_int(channels) and channels == 3 and image.get("color", "RGB") == "RGB",
-            "HEADER_SCHEMA")
-    fixed = image.get("fixed_shape")
-    require(fixed is None or (isinstance(fixed, list) and len(fixed) == 3
-                              and all(is_int(v) for v in fixed) and 1 <= fixed[0] <= 16384
-                              and 1 <= fixed[1] <= 16384 and fixed[2] == 3), "HEADER_SCHEMA")
-    side = image.get("max_side")
-    require(side is None or (is_int(side) and 1 <= side <= 16384), "HEADER_SCHEMA")
-    codecs = image.get("codecs", {})
-    require(isinstance(codecs, dict) and all(is_int(v) and v >= 0 for v in codecs.values()),
-            "HEADER_SCHEMA")
+def _int_in(value: Any, low: int, high: int) -> bool:
+    return is_int(value) and low <= value <= high
+
+
+def _non_negative(value: Any) -> bool:
+    return is_int(value) and value >= 0
+
+
+def _object(value: Any) -> bool:
+    return isinstance(value, dict)
 
 
 def check_schema(header: dict[str, Any]) -> None:
-    """§5.1-§5.5: members, types and ranges (R-8)."""
-    for key in ("num_samples", "max_boxes", "classes", "image", "files", "arrays"):
-        require(key in header, "HEADER_SCHEMA")
-    require(is_int(header["num_samples"]) and 0 <= header["num_samples"] <= 1 << 40,
-            "HEADER_SCHEMA")
-    require(is_int(header["max_boxes"]) and 0 <= header["max_boxes"] <= 65536, "HEADER_SCHEMA")
-    _check_classes(header["classes"])
-    _check_image(header["image"])
-    require(isinstance(header["files"], dict) and isinstance(header["arrays"], dict),
+    """§5 tables: types, ranges, mandatory members (unknown members are ignored, R-9)."""
+    ok = (_int_in(header.get("num_samples"), 0, 1 << 40)
+          and _int_in(header.get("max_boxes"), 0, 65536)
+          and isinstance(header.get("classes"), list) and len(header["classes"]) <= 65536
+          and _object(header.get("image")) and _object(header.get("files"))
+          and _object(header.get("arrays")))
+    require(ok, "HEADER_SCHEMA")
+    for item in header["classes"]:
+        require(_object(item) and isinstance(item.get("name"), str)
+                and 1 <= len(item["name"]) <= 256, "HEADER_SCHEMA")
+        source = item.get("source_id")
+        require(source is None or _int_in(source, -(1 << 63), (1 << 63) - 1), "HEADER_SCHEMA")
+    image = header["image"]
+    fixed = image.get("fixed_shape")
+    require(image.get("channels", 3) == 3 and is_int(image.get("channels", 3))
+            and image.get("color", "RGB") == "RGB"
+            and (fixed is None or (isinstance(fixed, list) and len(fixed) == 3
+                                   and _int_in(fixed[0], 1, 16384)
+                                   and _int_in(fixed[1], 1, 16384) and fixed[2] == 3
+                                   and is_int(fixed[2])))
+            and (image.get("max_side") is None or _int_in(image.get("max_side"), 1, 16384))
+            and _object(image.get("codecs", {}))
+            and all(_non_negative(v) for v in image.get("codecs", {}).values()),
             "HEADER_SCHEMA")
     for info in header["files"].values():
-        require(isinstance(info, dict) and is_int(info.get("size")) and info["size"] >= 0
+        require(_object(info) and _non_negative(info.get("size"))
                 and isinstance(info.get("xxh3_64"), str)
-                and re.fullmatch("[0-9a-f]{16}", info["xxh3_64"]), "HEADER_SCHEMA")
+                and re.fullmatch(r"[0-9a-f]{16}", info["xxh3_64"]), "HEADER_SCHEMA")
     for info in header["arrays"].values():
-        require(isinstance(info, dict) and "dtype" in info and isinstance(info.get("shape"), list)
-                and all(is_int(v) and v >= 0 for v in info["shape"]), "HEADER_SCHEMA")
-    require(isinstance(header.get("extensions", {}), dict), "HEADER_SCHEMA")
-    fields = header.get("box_fields", [])
-    require(isinstance(fields, list), "HEADER_SCHEMA")
-    for field in fields:
-        require(isinstance(field, dict) and isinstance(field.get("name"), str)
+        dtype = info.get("dtype") if _object(info) else None
+        require(_object(info) and isinstance(info.get("shape"), list)
+                and all(_non_negative(v) for v in info["shape"])
+                and (isinstance(dtype, str) or (isinstance(dtype, list) and all(
+                    isinstance(pair, list) and len(pair) == 2
+                    and all(isinstance(x, str) for x in pair) for pair in dtype))),
+                "HEADER_SCHEMA")
+    require(_object(header.get("extensions", {})), "HEADER_SCHEMA")
+    box_fields = header.get("box_fields", [])
+    require(isinstance(box_fields, list), "HEADER_SCHEMA")
+    for field in box_fields:
+        require(_object(field) and isinstance(field.get("name"), str)
                 and re.fullmatch(r"[a-z][a-z0-9_]{0,31}", field["name"])
                 and field.get("dtype") in ("|u1", "<i4", "<f4"), "HEADER_SCHEMA")
     image_fields = header.get("image_fields", [])
@@ -196,20 +240,23 @@ def check_schema(header: dict[str, Any]) -> None:
     writer = header.get("writer", "")
     require(isinstance(writer, str) and len(writer) <= 256, "HEADER_SCHEMA")
     metadata = header.get("metadata", {})
-    require(isinstance(metadata, dict) and all(isinstance(v, str) for v in metadata.values()),
+    require(_object(metadata) and all(isinstance(v, str) for v in metadata.values()),
             "HEADER_SCHEMA")
+    if ragged(header):  # §10.2: num_boxes is required with ragged_labels (ignored without)
+        require(_int_in(header.get("num_boxes"), 0, 1 << 56), "HEADER_SCHEMA")
 
 
 def check_cross_members(header: dict[str, Any]) -> None:
-    """§12 step 1, after the schema: uniqueness, limits, codec names, files and arrays lists."""
-    names = [item["name"] for item in header["classes"]]
-    require(len(set(names)) == len(names), "HEADER_SCHEMA")
-    ids = [item["source_id"] for item in header["classes"] if item.get("source_id") is not None]
-    require(len(set(ids)) == len(ids), "HEADER_SCHEMA")
-    fields = [field["name"] for field in header.get("box_fields", [])]
-    require(len(set(fields)) == len(fields), "HEADER_SCHEMA")
-    image_fields = header.get("image_fields", [])
-    require(len(set(image_fields)) == len(image_fields), "HEADER_SCHEMA")
+    """§12 step 1, items a to k."""
+    def unique(values: list[Any]) -> bool:
+        return len(values) == len(set(values))
+
+    require(unique([c["name"] for c in header["classes"]])
+            and unique([c["source_id"] for c in header["classes"]
+                        if c.get("source_id") is not None])
+            and unique([f["name"] for f in header.get("box_fields", [])])
+            and unique(header.get("image_fields", []))
+            and unique(header.get("required_features", [])), "HEADER_SCHEMA")
     metadata = header.get("metadata", {})
     require(len(metadata) <= 1024
             and sum(len(k) + len(v) for k, v in metadata.items()) <= 65536, "LIMIT_EXCEEDED")
@@ -217,8 +264,7 @@ def check_cross_members(header: dict[str, Any]) -> None:
     require(set(codecs) <= set(CODECS.values()), "CODEC_UNKNOWN")
     require(not codecs or sum(codecs.values()) == header["num_samples"], "HEADER_SCHEMA")
     arrays = implied_arrays(header)
-    strings = {"file_name.bin"} if "file_name" in image_fields else set()
-    require(set(header["files"]) == set(arrays) | {"images.bin"} | strings, "HEADER_SCHEMA")
+    require(set(header["files"]) == member_files(header), "HEADER_SCHEMA")
     require(set(header["arrays"]) == set(arrays), "HEADER_SCHEMA")
     for name, (dtype, shape) in arrays.items():
         wanted = [list(pair) for pair in INDEX] if dtype == "index" else dtype
@@ -227,18 +273,25 @@ def check_cross_members(header: dict[str, Any]) -> None:
 
 
 def implied_arrays(header: dict[str, Any]) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """Every .npy member with its dtype and shape, in byte-wise name order (§4, §10)."""
     n, m = header["num_samples"], header["max_boxes"]
-    arrays = {"index.npy": ("index", (n,)), "boxes.npy": ("<f4", (n, m, 4)),
-              "classes.npy": ("<i4", (n, m)), "counts.npy": ("<i4", (n,))}
+    slots = (header["num_boxes"],) if ragged(header) else (n, m)
+    arrays = {"index.npy": ("index", (n,)), "boxes.npy": ("<f4", (*slots, 4)),
+              "classes.npy": ("<i4", slots), "counts.npy": ("<i4", (n,))}
     for field in header.get("box_fields", []):
-        arrays[f"box_{field['name']}.npy"] = (field["dtype"], (n, m))
+        arrays[f"box_{field['name']}.npy"] = (field["dtype"], slots)
     for name in header.get("image_fields", []):
         if name == "file_name":
             arrays["file_name.offsets.npy"] = ("<u8", (n + 1,))
         else:
             dtype, tail = IMAGE_ARRAYS[name]
             arrays[f"{name}.npy"] = (dtype, (n, *tail))
-    return arrays
+    return dict(sorted(arrays.items()))
+
+
+def member_files(header: dict[str, Any]) -> set[str]:
+    extra = {"file_name.bin"} if "file_name" in header.get("image_fields", []) else set()
+    return {*implied_arrays(header), "images.bin", *extra}
 
 
 # --------------------------------------------------------------------------- .npy (§6)
@@ -306,7 +359,7 @@ def _dictionary(text: str) -> dict[str, Any]:
 
 
 def parse_npy(data: bytes, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
-    """R-15 .. R-20 in SPEC order, then the array (a copy-free view of ``data``)."""
+    """§6: R-15, R-16, R-17, shape (R-20 or R-18), R-19; then the array."""
     require(len(data) >= 10 and data[:6] == b"\x93NUMPY", "NPY_HEADER")
     version = (data[6], data[7])
     if version == (1, 0):
@@ -336,193 +389,97 @@ def parse_npy(data: bytes, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
     return np.frombuffer(data, numpy_dtype, count, start + length).reshape(shape)
 
 
-# --------------------------------------------------------------------------- index (§7, §8)
-
-
-def check_index(index: np.ndarray, header: dict[str, Any], size: int) -> None:
-    n = len(index)
-    if n == 0:
-        require(size == 0, "BLOB_SIZE")
-        return
-    offsets = [int(v) for v in index["offset"]]
-    lengths = [int(v) for v in index["nbytes"]]
-    end = align64(offsets[-1] + lengths[-1])
-    require(offsets[-1] <= size and lengths[-1] <= size and end <= size, "OFFSETS_BOUNDS")
-    require(end == size, "BLOB_SIZE")
-    fixed = header["image"].get("fixed_shape")
-    require(not fixed or size == n * align64(fixed[0] * fixed[1] * 3), "FIXED_SHAPE")
-    require(all(o <= size and b <= size for o, b in zip(offsets, lengths, strict=True)),
-            "OFFSETS_BOUNDS")
-    require(offsets[0] == 0, "OFFSETS_BOUNDS")
-    links = range(1, n)
-    if any(offsets[i] != align64(offsets[i - 1] + lengths[i - 1]) for i in links):
-        require(all(o % 64 == 0 for o in offsets), "OFFSET_ALIGNMENT")
-        require(all(offsets[i] >= offsets[i - 1] + lengths[i - 1] for i in links),
-                "OFFSETS_NON_MONOTONIC")
-        raise Reject("OFFSETS_BOUNDS")
-    for record in index:
-        require(1 <= record["height"] <= 16384 and 1 <= record["width"] <= 16384,
-                "LIMIT_EXCEEDED")
-    for record in index:
-        require(record["channels"] == 3 and record["flags"] == 0 and record["reserved"] == 0,
-                "INDEX_FIELD")
-    for record in index:
-        require(int(record["codec"]) in CODECS, "CODEC_UNKNOWN")
-    for record in index:
-        decoded = int(record["height"]) * int(record["width"]) * 3
-        require(int(record["decoded_nbytes"]) == decoded, "SAMPLE_SIZE")
-    for record in index:
-        raw = int(record["codec"]) == 0
-        require(int(record["nbytes"]) == int(record["decoded_nbytes"]) if raw
-                else int(record["nbytes"]) > 0, "SAMPLE_SIZE")
-    for record in index:
-        require(not fixed or (int(record["codec"]) == 0 and record["height"] == fixed[0]
-                              and record["width"] == fixed[1]), "FIXED_SHAPE")
-
-
-def check_strings(offsets: np.ndarray, size: int) -> None:
-    values = [int(v) for v in offsets]
-    require(values[0] == 0 and values[-1] == size, "OFFSETS_BOUNDS")
-    require(all(b >= a for a, b in itertools.pairwise(values)),
-            "OFFSETS_NON_MONOTONIC")
-    require(all(b - a <= 4096 for a, b in itertools.pairwise(values)),
-            "LIMIT_EXCEEDED")
-
-
-# --------------------------------------------------------------------------- codecs (§9)
-
-
-def decode(record: np.void, payload: bytes) -> bytes:
-    height, width, codec = int(record["height"]), int(record["width"]), int(record["codec"])
-    expected = height * width * 3
-    if codec == 0:
-        return payload
-    if codec == 1:
-        return decode_zstd(payload, expected)
-    if codec == 3:
-        require(len(payload) >= 29 and payload[12:16] == b"IHDR" and payload[24] == 8
-                and payload[25] == 2, "IMAGE_DECODE")
-    try:
-        image = Image.open(io.BytesIO(payload), formats=["JPEG" if codec == 2 else "PNG"])
-        image.load()
-    except (OSError, SyntaxError, ValueError) as error:
-        raise Reject("IMAGE_DECODE") from error
-    require(image.size == (width, height), "IMAGE_DECODE")
-    return np.asarray(image.convert("RGB")).tobytes()
-
-
-def decode_zstd(payload: bytes, expected: int) -> bytes:
-    try:
-        frame = zstandard.get_frame_parameters(payload)
-    except zstandard.ZstdError as error:
-        raise Reject("ZSTD_CORRUPT") from error
-    require(frame.content_size == expected, "ZSTD_SIZE")
-    require(frame.window_size <= 1 << 27, "ZSTD_WINDOW")
-    decompressor = zstandard.ZstdDecompressor().decompressobj()
-    try:
-        data = decompressor.decompress(payload)
-    except zstandard.ZstdError as error:
-        raise Reject("ZSTD_CORRUPT") from error
-    require(decompressor.eof and len(data) == expected, "ZSTD_CORRUPT")
-    require(not decompressor.unused_data, "ZSTD_TRAILING")
-    return data
-
-
-# --------------------------------------------------------------------------- the whole dataset
-
-
-def open_dataset(root: str) -> tuple[dict[str, Any], dict[str, bytes], dict[str, np.ndarray]]:
-    """The open checks (§12 steps 1-5)."""
-    header = parse_header(root)
-    files, arrays = open_members(header, lambda name: read_member(root, name))
-    return header, files, arrays
+# --------------------------------------------------------------------------- open (§12 steps 2-4)
 
 
 def open_members(header: dict[str, Any], get: Callable[[str], bytes | None],
                  ) -> tuple[dict[str, bytes], dict[str, np.ndarray]]:
-    """§12 steps 2-5 on the member files that ``get`` returns by name (None: absent)."""
+    """§12 steps 2 to 4 on the member files that ``get`` returns by name (None: absent)."""
     files: dict[str, bytes] = {}
-    for name in sorted(header["files"]):
+    for name in sorted(header["files"]):  # step 2
         data = get(name)
         require(data is not None, "FILE_MISSING")
         assert data is not None
         require(len(data) == header["files"][name]["size"],
                 "BLOB_SIZE" if name == "images.bin" else "FILE_SIZE")
         files[name] = data
-    arrays = {name: parse_npy(files[name], dtype, shape)
+    arrays = {name: parse_npy(files[name], dtype, shape)  # step 3
               for name, (dtype, shape) in implied_arrays(header).items()}
-    check_index(arrays["index.npy"], header, len(files["images.bin"]))
-    counts = arrays["counts.npy"]
-    require(((counts >= 0) & (counts <= header["max_boxes"])).all(), "COUNT_RANGE")
-    if "file_name" in header.get("image_fields", []):
-        check_strings(arrays["file_name.offsets.npy"], len(files["file_name.bin"]))
+    check_tails(header, files, arrays)  # step 4a, 4b
+    check_records(header, arrays, len(files["images.bin"]))  # step 4c
+    if ragged(header):  # step 4d
+        require(sum(int(k) for k in arrays["counts.npy"]) == header["num_boxes"], "COUNT_SUM")
     return files, arrays
 
 
-def check_labels(header: dict[str, Any], arrays: dict[str, np.ndarray], i: int) -> None:
-    record = arrays["index.npy"][i]
-    width, height = float(record["width"]), float(record["height"])
-    count, m = int(arrays["counts.npy"][i]), header["max_boxes"]
-    boxes, classes = arrays["boxes.npy"][i], arrays["classes.npy"][i]
-    for x1, y1, x2, y2 in boxes[:count].astype(float):
-        require(np.isfinite([x1, y1, x2, y2]).all() and x1 <= x2 and y1 <= y2, "BOX_INVALID")
-    for x1, y1, x2, y2 in boxes[:count].astype(float):
-        require(x1 >= 0 and y1 >= 0 and x2 <= width and y2 <= height, "BOX_OUT_OF_IMAGE")
-    require(all(0 <= c < len(header["classes"]) for c in classes[:count]), "CLASS_RANGE")
-    require(boxes[count:m].tobytes() == bytes(16 * (m - count))
-            and (classes[count:m] == -1).all(), "MASK_INCONSISTENT")
-    for field in header.get("box_fields", []):
-        values = arrays[f"box_{field['name']}.npy"][i, count:m]
-        require(values.tobytes() == bytes(values.nbytes), "MASK_INCONSISTENT")
+def check_tails(header: dict[str, Any], files: dict[str, bytes],
+                arrays: dict[str, np.ndarray]) -> None:
+    index, size, n = arrays["index.npy"], len(files["images.bin"]), header["num_samples"]
+    if n == 0:
+        require(size == 0, "BLOB_SIZE")
+    else:
+        offset, length = int(index[n - 1]["offset"]), int(index[n - 1]["nbytes"])
+        end = align64(offset + length)
+        require(offset <= size and length <= size and end <= size, "OFFSETS_BOUNDS")
+        require(end == size, "BLOB_SIZE")
+        fixed = header["image"].get("fixed_shape")
+        require(not fixed or size == n * align64(fixed[0] * fixed[1] * 3), "FIXED_SHAPE")
+    if "file_name" in header.get("image_fields", []):
+        offsets = arrays["file_name.offsets.npy"]
+        require(int(offsets[0]) == 0 and int(offsets[-1]) == len(files["file_name.bin"]),
+                "OFFSETS_BOUNDS")
 
 
-def image_fields(header: dict[str, Any], files: dict[str, bytes],
-                 arrays: dict[str, np.ndarray], i: int) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for name in header.get("image_fields", []):
-        if name == "file_name":
-            offsets = arrays["file_name.offsets.npy"]
-            try:
-                out[name] = files["file_name.bin"][int(offsets[i]):int(offsets[i + 1])].decode()
-            except UnicodeDecodeError as error:
-                raise Reject("IMAGE_FIELD") from error
-            continue
-        value = arrays[f"{name}.npy"][i]
-        if name == "orig_size":
-            require((value >= 1).all(), "IMAGE_FIELD")
-        if name == "scale_offset":
-            require(np.isfinite(value).all() and (value[:2] > 0).all(), "IMAGE_FIELD")
-        out[name] = value.tolist()
-    return out
+def check_records(header: dict[str, Any], arrays: dict[str, np.ndarray], size: int) -> None:
+    """§8 and §12 step 4c: record by record, each record's rules in order, then its count."""
+    index, counts = arrays["index.npy"], arrays["counts.npy"]
+    fixed = header["image"].get("fixed_shape")
+    previous_end = 0
+    for i, record in enumerate(index):
+        offset, length = int(record["offset"]), int(record["nbytes"])
+        require(offset <= size and length <= size, "OFFSETS_BOUNDS")
+        if i == 0:
+            require(offset == 0, "OFFSETS_BOUNDS")
+        elif offset != align64(previous_end):
+            require(offset % 64 == 0, "OFFSET_ALIGNMENT")
+            require(offset >= previous_end, "OFFSETS_NON_MONOTONIC")
+            raise Reject("OFFSETS_BOUNDS")  # a gap
+        previous_end = offset + length
+        height, width, codec = int(record["height"]), int(record["width"]), int(record["codec"])
+        require(1 <= height <= 16384 and 1 <= width <= 16384, "LIMIT_EXCEEDED")
+        require(record["channels"] == 3 and record["flags"] == 0 and record["reserved"] == 0,
+                "INDEX_FIELD")
+        require(codec in CODECS, "CODEC_UNKNOWN")
+        decoded = height * width * 3
+        require(int(record["decoded_nbytes"]) == decoded
+                and (length == decoded if codec == 0 else length > 0), "SAMPLE_SIZE")
+        require(not fixed or (codec == 0 and height == fixed[0] and width == fixed[1]),
+                "FIXED_SHAPE")
+        require(0 <= int(counts[i]) <= header["max_boxes"], "COUNT_RANGE")
 
 
-def sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def dump(root: str) -> dict[str, Any]:
-    """Open, verify everything, and return the canonical dump (conformance/README.md)."""
-    if os.path.isdir(root) and os.path.lexists(os.path.join(root, "manifest.json")):
-        return dump_sharded(root)  # §19: a root holding manifest.json is a sharded root
-    header, files, arrays = open_dataset(root)
-    return {"header": header, "samples": verify_samples(header, files, arrays)}
+# --------------------------------------------------------------------------- verify (steps 6-9)
 
 
 def verify_samples(header: dict[str, Any], files: dict[str, bytes],
                    arrays: dict[str, np.ndarray]) -> list[dict[str, Any]]:
-    """§12 steps 6-7 (every check of verification) and the dump of each sample."""
-    for name, info in header["files"].items():
-        require(xxhash.xxh3_64_hexdigest(files[name]) == info["xxh3_64"], "FILE_CHECKSUM")
+    """§12 steps 6 to 9 (everything verification checks), then the dump of each sample."""
     index, blob = arrays["index.npy"], files["images.bin"]
+    for name in sorted(header["files"]):  # step 6
+        require(xxhash.xxh3_64_hexdigest(files[name]) == header["files"][name]["xxh3_64"],
+                "FILE_CHECKSUM")
     declared = {k: v for k, v in header["image"].get("codecs", {}).items() if v}
-    if declared:
+    if header["image"].get("codecs"):
         actual: dict[str, int] = {}
         for record in index:
-            name = CODECS[int(record["codec"])]
-            actual[name] = actual.get(name, 0) + 1
+            actual[CODECS[int(record["codec"])]] = actual.get(CODECS[int(record["codec"])], 0) + 1
         require(declared == actual, "HEADER_SCHEMA")
+    rows = label_rows(header, arrays)
+    for i in range(len(index)):  # step 7
+        check_labels(header, arrays, i, rows[i])
+    fields = check_image_fields(header, files, arrays)  # step 8
     pixels = []
-    for record in index:
+    for record in index:  # step 9
         start, length = int(record["offset"]), int(record["nbytes"])
         payload = blob[start:start + length]
         require(xxhash.xxh3_64_intdigest(payload) == int(record["checksum"]), "CHECKSUM")
@@ -530,19 +487,327 @@ def verify_samples(header: dict[str, Any], files: dict[str, bytes],
         pixels.append(decode(record, payload))
     samples = []
     for i, record in enumerate(index):
-        check_labels(header, arrays, i)
-        count = int(arrays["counts.npy"][i])
+        boxes, classes, box_fields = labels_of(header, arrays, i, rows[i])
         samples.append({
             "height": int(record["height"]), "width": int(record["width"]), "channels": 3,
-            "codec": CODECS[int(record["codec"])], "count": count,
+            "codec": CODECS[int(record["codec"])], "count": len(classes),
             "pixels": base64.b64encode(pixels[i]).decode("ascii"),
-            "boxes_sha256": sha256(arrays["boxes.npy"][i, :count].tobytes()),
-            "classes_sha256": sha256(arrays["classes.npy"][i, :count].tobytes()),
-            "box_fields": {f["name"]: sha256(arrays[f"box_{f['name']}.npy"][i, :count].tobytes())
-                           for f in header.get("box_fields", [])},
-            "image_fields": image_fields(header, files, arrays, i),
+            "boxes_sha256": sha256(boxes.tobytes()), "classes_sha256": sha256(classes.tobytes()),
+            "box_fields": {name: sha256(values.tobytes()) for name, values in box_fields.items()},
+            "image_fields": fields[i],
         })
     return samples
+
+
+def label_rows(header: dict[str, Any], arrays: dict[str, np.ndarray]) -> list[int]:
+    """The first row of each sample's labels: its index (padded), or the sum of the counts
+    before it (ragged, §10.2)."""
+    counts = [int(k) for k in arrays["counts.npy"]]
+    if not ragged(header):
+        return list(range(len(counts)))
+    rows, total = [], 0
+    for count in counts:
+        rows.append(total)
+        total += count
+    return rows
+
+
+def labels_of(header: dict[str, Any], arrays: dict[str, np.ndarray], i: int, row: int
+              ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """The K boxes, classes and per-box field values of sample i."""
+    count = int(arrays["counts.npy"][i])
+    names = [f["name"] for f in header.get("box_fields", [])]
+    if ragged(header):
+        part = slice(row, row + count)
+        return (arrays["boxes.npy"][part], arrays["classes.npy"][part],
+                {name: arrays[f"box_{name}.npy"][part] for name in names})
+    return (arrays["boxes.npy"][i, :count], arrays["classes.npy"][i, :count],
+            {name: arrays[f"box_{name}.npy"][i, :count] for name in names})
+
+
+def check_labels(header: dict[str, Any], arrays: dict[str, np.ndarray], i: int, row: int
+                 ) -> None:
+    """§10, §12 step 7 for sample i: R-37, R-38, R-39, R-40 (padded layout only)."""
+    record = arrays["index.npy"][i]
+    width, height = float(record["width"]), float(record["height"])
+    boxes, classes, _ = labels_of(header, arrays, i, row)
+    for x1, y1, x2, y2 in boxes.astype(float):
+        require(np.isfinite([x1, y1, x2, y2]).all() and x1 <= x2 and y1 <= y2, "BOX_INVALID")
+    for x1, y1, x2, y2 in boxes.astype(float):
+        require(x1 >= 0 and y1 >= 0 and x2 <= width and y2 <= height, "BOX_OUT_OF_IMAGE")
+    require(all(0 <= c < len(header["classes"]) for c in classes), "CLASS_RANGE")
+    if ragged(header):
+        return
+    count, m = int(arrays["counts.npy"][i]), header["max_boxes"]
+    padding_ok = (arrays["boxes.npy"][i, count:m].tobytes() == bytes(16 * (m - count))
+                  and (arrays["classes.npy"][i, count:m] == -1).all())
+    for field in header.get("box_fields", []):
+        values = arrays[f"box_{field['name']}.npy"][i, count:m]
+        padding_ok = padding_ok and values.tobytes() == bytes(values.nbytes)
+    require(padding_ok, "MASK_INCONSISTENT")
+
+
+def check_image_fields(header: dict[str, Any], files: dict[str, bytes],
+                       arrays: dict[str, np.ndarray]) -> list[dict[str, Any]]:
+    """§11.2, §12 step 8: orig_size, scale_offset, file_name offsets, file_name UTF-8 (each over
+    every sample before the next); returns each sample's image fields for the dump."""
+    listed = header.get("image_fields", [])
+    n = header["num_samples"]
+    if "orig_size" in listed:
+        for value in arrays["orig_size.npy"]:
+            require((value >= 1).all(), "IMAGE_FIELD")
+    if "scale_offset" in listed:
+        for value in arrays["scale_offset.npy"]:
+            require(np.isfinite(value).all() and (value[:2] > 0).all(), "IMAGE_FIELD")
+    names: list[str] = []
+    if "file_name" in listed:
+        offsets, text = [int(v) for v in arrays["file_name.offsets.npy"]], files["file_name.bin"]
+        for i in range(n):
+            require(offsets[i] <= offsets[i + 1] <= len(text), "OFFSETS_NON_MONOTONIC")
+            require(offsets[i + 1] - offsets[i] <= 4096, "LIMIT_EXCEEDED")
+        for i in range(n):
+            try:
+                names.append(text[offsets[i]:offsets[i + 1]].decode("utf-8"))
+            except UnicodeDecodeError as error:
+                raise Reject("IMAGE_FIELD") from error
+    out = []
+    for i in range(n):
+        fields: dict[str, Any] = {}
+        for name in listed:
+            fields[name] = names[i] if name == "file_name" else arrays[f"{name}.npy"][i].tolist()
+        out.append(fields)
+    return out
+
+
+# --------------------------------------------------------------------------- codecs (§9)
+
+
+def decode(record: np.void, payload: bytes) -> bytes:
+    height, width, codec = int(record["height"]), int(record["width"]), int(record["codec"])
+    if codec == 0:
+        return payload
+    if codec == 1:
+        return decode_zstd(payload, height * width * 3)
+    if codec == 3:
+        return decode_png(payload, height, width)
+    return decode_jpeg(payload, height, width)
+
+
+def decode_zstd(payload: bytes, expected: int) -> bytes:
+    """§9.2, steps Z1 to Z8."""
+    require(len(payload) >= 5 and payload[:4] == b"\x28\xb5\x2f\xfd", "ZSTD_CORRUPT")  # Z1
+    descriptor = payload[4]
+    require(not descriptor & 0x08, "ZSTD_CORRUPT")  # Z2: reserved bit
+    fcs_flag, single, checksum, did_flag = (descriptor >> 6, (descriptor >> 5) & 1,
+                                            (descriptor >> 2) & 1, descriptor & 3)
+    did_size = (0, 1, 2, 4)[did_flag]
+    fcs_size = (1 if single else 0, 2, 4, 8)[fcs_flag]
+    position = 5 + (0 if single else 1)
+    require(len(payload) >= position + did_size + fcs_size, "ZSTD_CORRUPT")
+    window = 0
+    if not single:
+        exponent, mantissa = payload[5] >> 3, payload[5] & 7
+        base = 1 << (10 + exponent)
+        window = base + (base >> 3) * mantissa
+    dictionary = int.from_bytes(payload[position:position + did_size], "little")
+    position += did_size
+    declared = None
+    if fcs_size:
+        declared = int.from_bytes(payload[position:position + fcs_size], "little")
+        declared += 256 if fcs_size == 2 else 0
+    position += fcs_size
+    require(declared is not None and declared == expected, "ZSTD_SIZE")  # Z3
+    if single:
+        window = declared
+    require(window <= 1 << 27, "ZSTD_WINDOW")  # Z4
+    require(dictionary == 0, "ZSTD_CORRUPT")  # Z5
+    block_limit = min(window, 1 << 17)
+    while True:  # Z6
+        require(position + 3 <= len(payload), "ZSTD_CORRUPT")
+        block = int.from_bytes(payload[position:position + 3], "little")
+        last, kind, size = block & 1, (block >> 1) & 3, block >> 3
+        require(kind != 3 and size <= block_limit, "ZSTD_CORRUPT")
+        position += 3 + (1 if kind == 1 else size)
+        require(position <= len(payload), "ZSTD_CORRUPT")
+        if last:
+            break
+    position += 4 * checksum
+    require(position <= len(payload), "ZSTD_CORRUPT")
+    require(position == len(payload), "ZSTD_TRAILING")  # Z7
+    decompressor = zstandard.ZstdDecompressor(max_window_size=1 << 27).decompressobj()
+    try:  # Z8
+        data = decompressor.decompress(payload)
+    except zstandard.ZstdError as error:
+        raise Reject("ZSTD_CORRUPT") from error
+    require(decompressor.eof and len(data) == expected, "ZSTD_CORRUPT")
+    return data
+
+
+ADAM7 = ((0, 0, 8, 8), (0, 4, 8, 8), (4, 0, 8, 4), (0, 2, 4, 4), (2, 0, 4, 2), (0, 1, 2, 2),
+         (1, 0, 2, 1))
+
+
+def decode_png(payload: bytes, height: int, width: int) -> bytes:
+    """§9.4, steps P1 to P4: chunks and CRCs, IHDR, one zlib stream of exactly the filtered
+    image, filter types 0..4; then the pixels (this reader's own unfiltering)."""
+    require(payload[:8] == b"\x89PNG\r\n\x1a\n", "IMAGE_DECODE")  # P1
+    position, chunks = 8, []
+    while True:  # P2
+        require(position + 12 <= len(payload), "IMAGE_DECODE")
+        length = struct.unpack(">I", payload[position:position + 4])[0]
+        kind = payload[position + 4:position + 8]
+        require(length < 1 << 31 and position + 12 + length <= len(payload)
+                and re.fullmatch(rb"[A-Za-z]{4}", kind), "IMAGE_DECODE")
+        data = payload[position + 8:position + 8 + length]
+        crc = struct.unpack(">I", payload[position + 8 + length:position + 12 + length])[0]
+        require(zlib.crc32(kind + data) == crc, "IMAGE_DECODE")
+        chunks.append((kind, data))
+        position += 12 + length
+        if kind == b"IEND":
+            break
+    require(position == len(payload), "IMAGE_DECODE")
+    kinds = [kind for kind, _ in chunks]
+    require(kinds[0] == b"IHDR" and len(chunks[0][1]) == 13 and kinds.count(b"IHDR") == 1
+            and kinds.count(b"IEND") == 1 and len(chunks[-1][1]) == 0, "IMAGE_DECODE")
+    w, h, depth, color, compression, filtering, interlace = struct.unpack(">IIBBBBB", chunks[0][1])
+    require((w, h, depth, color, compression, filtering) == (width, height, 8, 2, 0, 0)
+            and interlace in (0, 1), "IMAGE_DECODE")
+    idat = [k for k, kind in enumerate(kinds) if kind == b"IDAT"]
+    require(idat and idat == list(range(idat[0], idat[-1] + 1)), "IMAGE_DECODE")
+    for k, kind in enumerate(kinds[1:-1], start=1):
+        if kind == b"PLTE":
+            require(k < idat[0] and kinds.count(b"PLTE") == 1 and len(chunks[k][1]) % 3 == 0
+                    and 3 <= len(chunks[k][1]) <= 768, "IMAGE_DECODE")
+        else:
+            require(kind == b"IDAT" or kind[0] & 0x20, "IMAGE_DECODE")  # ancillary: ignored
+    passes = [(r0, c0, dr, dc) for r0, c0, dr, dc in ADAM7 if r0 < height and c0 < width] \
+        if interlace else [(0, 0, 1, 1)]
+    shapes = [(len(range(r0, height, dr)), len(range(c0, width, dc))) for r0, c0, dr, dc in passes]
+    expected = sum(rows * (1 + 3 * cols) for rows, cols in shapes)
+    stream = zlib.decompressobj()
+    try:  # P3
+        raw = stream.decompress(b"".join(chunks[k][1] for k in idat), expected + 1)
+    except zlib.error as error:
+        raise Reject("IMAGE_DECODE") from error
+    require(len(raw) == expected and stream.eof and not stream.unused_data
+            and not stream.unconsumed_tail, "IMAGE_DECODE")
+    image = np.zeros((height, width, 3), np.uint8)
+    position = 0
+    for (r0, c0, dr, dc), (rows, cols) in zip(passes, shapes, strict=True):  # P4
+        size = rows * (1 + 3 * cols)
+        image[r0::dr, c0::dc] = _unfilter(raw[position:position + size], rows, cols)
+        position += size
+    return image.tobytes()
+
+
+def _unfilter(data: bytes, rows: int, cols: int) -> np.ndarray:
+    stride = 3 * cols
+    out = bytearray(rows * stride)
+    previous = bytearray(stride)
+    for r in range(rows):
+        kind = data[r * (stride + 1)]
+        require(kind <= 4, "IMAGE_DECODE")
+        line = bytearray(data[r * (stride + 1) + 1:(r + 1) * (stride + 1)])
+        for x in range(stride):
+            a = line[x - 3] if x >= 3 else 0
+            b = previous[x]
+            c = previous[x - 3] if x >= 3 else 0
+            if kind == 1:
+                line[x] = (line[x] + a) & 0xFF
+            elif kind == 2:
+                line[x] = (line[x] + b) & 0xFF
+            elif kind == 3:
+                line[x] = (line[x] + (a + b) // 2) & 0xFF
+            elif kind == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[x] = (line[x] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 0xFF
+        out[r * stride:(r + 1) * stride] = line
+        previous = line
+    return np.frombuffer(bytes(out), np.uint8).reshape(rows, cols, 3)
+
+
+SOF_ALLOWED = {0xC0, 0xC1, 0xC2}
+SEGMENTS_ALLOWED = {0xC4, 0xDB, 0xDD, 0xFE, *range(0xE0, 0xF0)}
+
+
+def check_jpeg(payload: bytes, height: int, width: int) -> None:
+    """§9.3, steps J1 to J3: the marker walk, the frame, the colour space."""
+    require(payload[:2] == b"\xff\xd8", "IMAGE_DECODE")  # J1
+    position, frame, scans, jfif, adobe = 2, None, 0, False, None
+    while True:  # J2
+        require(position < len(payload) and payload[position] == 0xFF, "IMAGE_DECODE")
+        while position < len(payload) and payload[position] == 0xFF:
+            position += 1  # fill bytes
+        require(position < len(payload), "IMAGE_DECODE")
+        marker = payload[position]
+        position += 1
+        if marker == 0xD9:  # EOI
+            require(frame is not None and scans and position == len(payload), "IMAGE_DECODE")
+            break
+        require(marker in SOF_ALLOWED or marker in SEGMENTS_ALLOWED or marker == 0xDA,
+                "IMAGE_DECODE")
+        require(position + 2 <= len(payload), "IMAGE_DECODE")
+        length = struct.unpack(">H", payload[position:position + 2])[0]
+        require(length >= 2 and position + length <= len(payload), "IMAGE_DECODE")
+        body = payload[position + 2:position + length]
+        position += length
+        if marker in SOF_ALLOWED:
+            require(frame is None and scans == 0 and len(body) == 6 + 3 * 3 and body[5] == 3,
+                    "IMAGE_DECODE")
+            frame = body
+        elif marker == 0xE0 and body[:5] == b"JFIF\x00":
+            jfif = True
+        elif marker == 0xEE and body[:5] == b"Adobe" and len(body) >= 12:
+            adobe = body[11]
+        elif marker == 0xDA:  # SOS: the entropy-coded data runs to the next marker
+            require(frame is not None, "IMAGE_DECODE")
+            scans += 1
+            while True:
+                position = payload.find(b"\xff", position)
+                require(position >= 0 and position + 1 < len(payload), "IMAGE_DECODE")
+                following = payload[position + 1]
+                if following == 0x00 or 0xD0 <= following <= 0xD7:
+                    position += 2
+                    continue
+                break
+    assert frame is not None
+    precision, frame_height, frame_width = frame[0], *struct.unpack(">HH", frame[1:5])
+    sampling = [frame[7 + 3 * k] for k in range(3)]
+    require(precision == 8 and (frame_height, frame_width) == (height, width)
+            and sampling[0] in (0x11, 0x21, 0x22) and sampling[1:] == [0x11, 0x11],
+            "IMAGE_DECODE")
+    ids = bytes(frame[6 + 3 * k] for k in range(3))
+    require(adobe in (None, 1) and (jfif or adobe is not None or ids != b"RGB"),
+            "IMAGE_DECODE")  # J3
+
+
+def decode_jpeg(payload: bytes, height: int, width: int) -> bytes:
+    check_jpeg(payload, height, width)
+    try:  # J4: libjpeg-turbo (islow IDCT, fancy upsampling), YCbCr to RGB
+        image = Image.open(io.BytesIO(payload), formats=["JPEG"])
+        image.load()
+    except (OSError, SyntaxError, ValueError) as error:
+        raise Reject("IMAGE_DECODE") from error
+    require(image.size == (width, height) and image.mode == "RGB", "IMAGE_DECODE")
+    return np.asarray(image).tobytes()
+
+
+# --------------------------------------------------------------------------- a dataset (§12)
+
+
+def dump(root: str) -> dict[str, Any]:
+    """Open, verify everything, and return the canonical dump (conformance/README.md)."""
+    if os.path.isdir(root) and os.path.lexists(os.path.join(root, "manifest.json")):
+        return dump_sharded(root)  # §19.2: a root with an entry manifest.json is sharded
+    require(os.path.lexists(root), "HEADER_MISSING")  # §12 step 1
+    require(os.path.isdir(root), "NOT_DETFMT")
+    data = read_regular(os.path.join(root, "header.json"), MIB, "HEADER_TOO_LARGE")
+    require(data is not None, "HEADER_MISSING")
+    assert data is not None
+    header = header_from_bytes(data)
+    files, arrays = open_members(header, lambda name: read_regular(os.path.join(root, name)))
+    return {"header": header, "samples": verify_samples(header, files, arrays)}
 
 
 # --------------------------------------------------------------------------- sharded roots (§19)
@@ -550,126 +815,116 @@ def verify_samples(header: dict[str, Any], files: dict[str, bytes],
 MANIFEST_LIMIT = 64 * MIB
 HEX16 = re.compile(r"[0-9a-f]{16}")
 HEX32 = re.compile(r"[0-9a-f]{32}")
+PATH_COMPONENT = re.compile(r"[A-Za-z0-9_.-]{1,255}")
 #: §19.3: key -> (required, check); optional keys may be absent.
-MANIFEST_KEYS: dict[str, tuple[bool, Callable[[Any], bool]]] = {
-    "format": (True, lambda v: isinstance(v, str)),
-    "version": (True, lambda v: isinstance(v, str)),
-    "required_features": (True, lambda v: isinstance(v, list)
-                          and all(isinstance(f, str) for f in v)),
+Keys = dict[str, tuple[bool, Callable[[Any], bool]]]
+MANIFEST_KEYS: Keys = {
+    "format": (True, lambda v: True),
+    "version": (True, lambda v: True),
+    "required_features": (True, lambda v: True),
     "extensions": (False, lambda v: isinstance(v, dict)),
-    "write_id": (True, lambda v: isinstance(v, str)),  # its syntax: after S-4 (§19 order)
-    "num_samples": (True, lambda v: is_int(v) and v >= 0),
-    "schema": (True, lambda v: isinstance(v, dict)),
-    "shards": (True, lambda v: isinstance(v, list)),
+    "write_id": (True, lambda v: isinstance(v, str) and HEX32.fullmatch(v) is not None),
+    "num_samples": (True, lambda v: _int_in(v, 0, (1 << 63) - 1)),
+    "schema": (True, lambda v: _keys(v, SCHEMA_KEYS)),
+    "shards": (True, lambda v: isinstance(v, list) and all(_keys(e, SHARD_KEYS) for e in v)),
     "writer": (False, lambda v: isinstance(v, str)),
     "metadata": (False, lambda v: isinstance(v, dict)
                  and all(isinstance(x, str) for x in v.values())),
 }
-SCHEMA_KEYS: dict[str, tuple[bool, Callable[[Any], bool]]] = {
+SCHEMA_KEYS: Keys = {
     "codec": (True, lambda v: v in ("raw", "zstd", "jpeg", "png", "mixed")),
     "classes": (True, lambda v: isinstance(v, list) and all(
-        _object(c, {"name": (True, lambda n: isinstance(n, str)),
-                    "source_id": (False, lambda s: s is None or is_int(s))}) for c in v)),
+        _keys(c, {"name": (True, lambda n: isinstance(n, str)),
+                  "source_id": (False, lambda s: s is None or is_int(s))}) for c in v)),
     "box_fields": (False, lambda v: isinstance(v, list) and all(
-        _object(f, {"name": (True, lambda n: isinstance(n, str)),
-                    "dtype": (True, lambda d: d in ("|u1", "<i4", "<f4"))}) for f in v)),
+        _keys(f, {"name": (True, lambda n: isinstance(n, str)),
+                  "dtype": (True, lambda d: d in ("|u1", "<i4", "<f4"))}) for f in v)),
     "image_fields": (False, lambda v: isinstance(v, list) and all(isinstance(f, str) for f in v)),
     "fixed_shape": (False, lambda v: v is None or (isinstance(v, list)
                                                    and all(is_int(x) for x in v))),
     "max_side": (False, lambda v: v is None or is_int(v)),
 }
-SHARD_KEYS: dict[str, tuple[bool, Callable[[Any], bool]]] = {
+SHARD_KEYS: Keys = {
     "path": (True, lambda v: isinstance(v, str)),
     "key": (True, lambda v: isinstance(v, str)),
-    "num_samples": (True, lambda v: is_int(v) and v >= 0),
-    "first_index": (True, lambda v: is_int(v) and v >= 0),
-    "bytes": (True, lambda v: is_int(v) and v > 0),
-    "xxh3_64": (True, lambda v: isinstance(v, str)),
-    "max_boxes": (True, lambda v: is_int(v) and v >= 0),
+    "num_samples": (True, lambda v: _int_in(v, 0, (1 << 63) - 1)),
+    "first_index": (True, lambda v: _int_in(v, 0, (1 << 63) - 1)),
+    "bytes": (True, lambda v: _int_in(v, 1, (1 << 63) - 1)),
+    "xxh3_64": (True, lambda v: isinstance(v, str) and HEX16.fullmatch(v) is not None),
+    "max_boxes": (True, lambda v: _int_in(v, 0, 65536)),
 }
 
 
-def _object(value: Any, keys: dict[str, tuple[bool, Callable[[Any], bool]]]) -> bool:
+def _keys(value: Any, keys: Keys) -> bool:
     """A JSON object with no unknown key, every required key, and valid values."""
     return (isinstance(value, dict) and set(value) <= set(keys)
             and all(name in value for name, (needed, _) in keys.items() if needed)
             and all(check(value[name]) for name, (_, check) in keys.items() if name in value))
 
 
-def _unique_pairs(rule: str) -> Callable[[list[tuple[str, Any]]], dict[str, Any]]:
-    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for key, value in pairs:
-            require(key not in out, rule)
-            out[key] = value
-        return out
-    return hook
-
-
-def _json(data: bytes, rule: str) -> Any:
-    try:
-        return json.loads(data.decode("utf-8"), object_pairs_hook=_unique_pairs(rule),
-                          parse_constant=lambda _: require(False, rule))
-    except (UnicodeDecodeError, ValueError, RecursionError) as error:
-        raise Reject(rule) from error
-
-
-def read_regular(path: str, limit: int | None = None, limit_rule: str = "") -> bytes | None:
-    """A regular file's bytes (None if absent); symlinks and non-files are PATH_UNSAFE."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except FileNotFoundError:
-        return None
-    except OSError as error:
-        raise Reject("PATH_UNSAFE") from error
-    with os.fdopen(fd, "rb") as file:
-        info = os.fstat(fd)
-        require(stat.S_ISREG(info.st_mode), "PATH_UNSAFE")
-        require(limit is None or info.st_size <= limit, limit_rule)
-        return file.read()
-
-
 def parse_manifest(root: str) -> dict[str, Any]:
-    """S-3 .. S-6."""
+    """§19.4 steps 2 to 8."""
     data = read_regular(os.path.join(root, "manifest.json"), MANIFEST_LIMIT, "MANIFEST_SCHEMA")
-    require(data is not None, "HEADER_MISSING")
-    assert data is not None
-    manifest = _json(data, "MANIFEST_SCHEMA")
-    require(isinstance(manifest, dict), "MANIFEST_SCHEMA")
-    require(manifest.get("format") == "detfmt", "NOT_DETFMT")
-    require(_object(manifest, MANIFEST_KEYS) and _object(manifest["schema"], SCHEMA_KEYS)
-            and all(_object(entry, SHARD_KEYS) for entry in manifest["shards"]),
+    assert data is not None  # the caller saw the entry
+    manifest = parse_json(data, "MANIFEST_SCHEMA")  # step 2
+    require(manifest.get("format") == "detfmt", "NOT_DETFMT")  # step 3
+    version = manifest.get("version")  # step 4
+    require(isinstance(version, str) and VERSION.fullmatch(version), "MANIFEST_SCHEMA")
+    major, minor = (int(part) for part in version.split("."))
+    require(major == 1 and minor in MANIFEST_MINORS, "VERSION_UNSUPPORTED")
+    features = manifest.get("required_features")  # step 5
+    require(isinstance(features, list) and all(isinstance(f, str) for f in features),
             "MANIFEST_SCHEMA")
-    require(manifest["version"] == "1.1", "VERSION_UNSUPPORTED")  # the one minor with shards
-    require(set(manifest["required_features"]) <= {"sharded"}, "FEATURE_UNSUPPORTED")
-    require("sharded" in manifest["required_features"]
-            and HEX32.fullmatch(manifest["write_id"]) is not None
-            and all(HEX16.fullmatch(entry["xxh3_64"]) for entry in manifest["shards"]),
-            "MANIFEST_SCHEMA")
-    paths: set[str] = set()
-    for entry in manifest["shards"]:
+    require(set(features) <= MANIFEST_FEATURES, "FEATURE_UNSUPPORTED")
+    require(_keys(manifest, MANIFEST_KEYS) and "sharded" in features  # step 6
+            and len(set(features)) == len(features), "MANIFEST_SCHEMA")
+    seen: set[str] = set()
+    for entry in manifest["shards"]:  # step 7
         path = entry["path"]
-        require(path and "\\" not in path and not path.startswith("/")
-                and all(part not in ("", ".", "..") for part in path.split("/"))
-                and path not in paths, "PATH_UNSAFE")
-        paths.add(path)
+        parts = path.split("/")
+        require(len(path) <= 4096 and all(PATH_COMPONENT.fullmatch(p) and p not in (".", "..")
+                                          for p in parts)
+                and path.lower() not in seen, "PATH_UNSAFE")
+        seen.add(path.lower())
     first = 0
-    for entry in manifest["shards"]:
-        require(entry["first_index"] == first, "SHARD_INDEXING")
+    for entry in manifest["shards"]:  # step 8
+        require(entry["first_index"] == first and entry["num_samples"] * 48 <= entry["bytes"],
+                "SHARD_INDEXING")
         first += entry["num_samples"]
     require(manifest["num_samples"] == first, "SHARD_INDEXING")
     return manifest
 
 
+def shard_bytes(root: str, path: str) -> bytes:
+    """§19.4 step 9 for one shard: each component a directory (not a link), the file regular."""
+    current = root
+    parts = path.split("/")
+    for k, part in enumerate(parts):
+        current = os.path.join(current, part)
+        try:
+            info = os.lstat(current)
+        except (FileNotFoundError, NotADirectoryError) as error:
+            raise Reject("FILE_MISSING") from error
+        last = k == len(parts) - 1
+        require(not stat.S_ISLNK(info.st_mode), "PATH_UNSAFE")
+        if not last:
+            require(stat.S_ISDIR(info.st_mode), "FILE_MISSING")
+        else:
+            require(stat.S_ISREG(info.st_mode), "PATH_UNSAFE")
+    with open(current, "rb") as file:
+        return file.read()
+
+
 def unpack(data: bytes) -> dict[str, bytes]:
-    """S-9 and S-10: the members of a shard file, by name."""
+    """§19.4 step 10 b to f: the prefix, the table of contents, the layout, the gaps."""
     require(len(data) >= 16 and data[:8] == b"DETFMTPK", "PACK_MAGIC")
     version, length = struct.unpack("<II", data[8:16])
     require(version == 1, "VERSION_UNSUPPORTED")
     require(length <= MIB and 16 + length <= len(data), "PACK_LAYOUT")
-    toc = _json(data[16:16 + length], "PACK_LAYOUT")
-    require(isinstance(toc, dict) and set(toc) == {"members"} and isinstance(toc["members"], list),
-            "PACK_LAYOUT")
+    text = data[16:16 + length]
+    toc = parse_json(text.rstrip(b" "), "PACK_LAYOUT")
+    require(text.rstrip(b" ").endswith(b"}"), "PACK_LAYOUT")  # only spaces after the value
+    require(set(toc) == {"members"} and isinstance(toc["members"], list), "PACK_LAYOUT")
     members: dict[str, bytes] = {}
     end = 16 + length
     for member in toc["members"]:
@@ -679,16 +934,21 @@ def unpack(data: bytes) -> dict[str, bytes]:
         name, offset, size = member["name"], member["offset"], member["size"]
         require(name and "/" not in name and name not in members, "PACK_LAYOUT")
         require(offset == align64(end) and offset + size <= len(data), "PACK_LAYOUT")
-        require(not any(data[end:offset]), "PACK_LAYOUT")  # the gap before it is zero
         members[name] = data[offset:offset + size]
         end = offset + size
     require("header.json" in members and end == len(data), "PACK_LAYOUT")
+    end = 16 + length
+    for member in toc["members"]:
+        require(not any(data[end:member["offset"]]), "PACK_LAYOUT")  # zero gaps
+        end = member["offset"] + member["size"]
     return members
 
 
-def check_consistent(schema: dict[str, Any], entry: dict[str, Any],
+def check_consistent(manifest: dict[str, Any], entry: dict[str, Any],
                      header: dict[str, Any]) -> None:
-    """S-8: the shard's 1.0 header agrees with the manifest schema and its shard entry."""
+    """S-8: the shard's 1.0 header agrees with the manifest's schema and its shard entry."""
+    schema = manifest["schema"]
+
     def classes(items: list[dict[str, Any]]) -> list[tuple[str, Any]]:
         return [(item["name"], item.get("source_id")) for item in items]
 
@@ -696,33 +956,38 @@ def check_consistent(schema: dict[str, Any], entry: dict[str, Any],
         return [(item["name"], item["dtype"]) for item in items]
 
     image = header["image"]
-    used = {name for name, count in image.get("codecs", {}).items() if count}
+    used = {name: count for name, count in image.get("codecs", {}).items() if count}
+    codec_ok = (schema["codec"] == "mixed" or header["num_samples"] == 0
+                or used == {schema["codec"]: header["num_samples"]})
     require(classes(header["classes"]) == classes(schema["classes"])
             and fields(header.get("box_fields", [])) == fields(schema.get("box_fields", []))
             and header.get("image_fields", []) == schema.get("image_fields", [])
             and schema.get("fixed_shape") in (None, image.get("fixed_shape"))
             and image.get("max_side") == schema.get("max_side")
-            and (schema["codec"] == "mixed" or used <= {schema["codec"]})
+            and codec_ok
             and header["num_samples"] == entry["num_samples"]
-            and header["max_boxes"] == entry["max_boxes"], "SCHEMA_MISMATCH")
+            and header["max_boxes"] == entry["max_boxes"]
+            and set(header.get("required_features", [])) <= set(manifest["required_features"]),
+            "SCHEMA_MISMATCH")
 
 
 def dump_sharded(root: str) -> dict[str, Any]:
-    """Open and verify a sharded root (§19) shard by shard; dump its samples in global order."""
-    require(not os.path.lexists(os.path.join(root, "header.json")), "ROOT_LAYOUT")  # S-1
-    manifest = parse_manifest(root)
-    samples: list[dict[str, Any]] = []
-    for entry in manifest["shards"]:  # S-2: the manifest alone names the shards
-        data = read_regular(os.path.join(root, *entry["path"].split("/")))
-        require(data is not None, "FILE_MISSING")
-        assert data is not None
+    """§19.4: open and verify a sharded root; dump its samples in global order."""
+    require(not os.path.lexists(os.path.join(root, "header.json")), "ROOT_LAYOUT")  # step 1
+    manifest = parse_manifest(root)  # steps 2 to 8
+    shards = []
+    for entry in manifest["shards"]:  # step 9
+        data = shard_bytes(root, entry["path"])
         require(len(data) == entry["bytes"], "SHARD_SIZE")
+        shards.append(data)
+    samples: list[dict[str, Any]] = []
+    for entry, data in zip(manifest["shards"], shards, strict=True):  # step 10
         require(xxhash.xxh3_64_hexdigest(data) == entry["xxh3_64"], "SHARD_CHECKSUM")
         members = unpack(data)
-        header = parse_header_bytes(members["header.json"])
+        header = header_from_bytes(members["header.json"])
         files, arrays = open_members(header, members.get)
         require(set(members) == {"header.json", *header["files"]}, "PACK_LAYOUT")
-        check_consistent(manifest["schema"], entry, header)
+        check_consistent(manifest, entry, header)
         samples += verify_samples(header, files, arrays)
     return {"manifest": manifest, "samples": samples}
 

@@ -1,8 +1,9 @@
 """Per-sample image codecs: raw, zstd, jpeg, png.
 
-Decoding never trusts the payload: a zstd frame must declare exactly the expected size (that
-size is the hard output cap, so a bomb cannot allocate more), nothing may follow it, and an image
-must decode to exactly the stored height and width. Every failure is a `DecodeError`.
+Decoding never trusts the payload: each codec's procedure of SPEC.md §9 runs before the decoder
+(a zstd frame header, block walk and exact declared size, which is the hard output cap, so a
+bomb cannot allocate more; the PNG chunks and zlib stream; the JPEG markers and frame), and an
+image must decode to exactly the stored height and width. Every failure is a `DecodeError`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import zstandard
 from PIL import Image
 
 from detfmt import spec
+from detfmt._png_jpeg import check_jpeg, check_png
 from detfmt.errors import DecodeError, UsageError
 
 try:  # libjpeg-turbo with the GIL released; Pillow is the fallback.
@@ -23,7 +25,7 @@ try:  # libjpeg-turbo with the GIL released; Pillow is the fallback.
 except ImportError:  # pragma: no cover - depends on the platform's wheels
     simplejpeg = None
 
-__all__ = ["decode_into", "encode"]
+__all__ = ["check_jpeg", "check_png", "decode_into", "encode", "zstd_frame_header"]
 
 MAX_ZSTD_WINDOW = 1 << 27  # 128 MiB: the zstd reference decoder's default streaming limit
 _local = threading.local()
@@ -56,12 +58,13 @@ def encode(
         return _zstd_compressor(zstd_level).compress(np.ascontiguousarray(image))
     if codec == "jpeg":
         if simplejpeg is not None:
-            return simplejpeg.encode_jpeg(
+            return simplejpeg.encode_jpeg(  # W-5: baseline, 4:4:4 (decoders agree, SPEC §9.3)
                 np.ascontiguousarray(image), quality=jpeg_quality, colorspace="RGB",
-                colorsubsampling="420",
+                colorsubsampling="444",
             )
         buffer = io.BytesIO()
-        Image.fromarray(image, "RGB").save(buffer, format="JPEG", quality=jpeg_quality)
+        Image.fromarray(image, "RGB").save(buffer, format="JPEG", quality=jpeg_quality,
+                                           subsampling=0)
         return buffer.getvalue()
     if codec == "png":
         buffer = io.BytesIO()
@@ -90,42 +93,95 @@ def decode_into(
             data = decode_zstd(payload, expected, path=path, index=index)
             np.copyto(out, np.frombuffer(data, np.uint8).reshape(height, width, 3))
     elif codec == spec.CODEC_JPEG:
+        check_jpeg(payload, height, width, path=path, index=index)
         _decode_jpeg_into(payload, out, path=path, index=index)
     elif codec == spec.CODEC_PNG:
-        _check_png_ihdr(payload, path=path, index=index)
+        check_png(payload, height, width, path=path, index=index)
         np.copyto(out, _decode_pil(payload, height, width, "PNG", path=path, index=index))
     else:
         raise DecodeError(f"unknown codec id {codec}", rule="CODEC_UNKNOWN", path=path, index=index)
 
 
 def zstd_frame_size(payload: memoryview | bytes, *, path: str, index: int) -> int:
-    """The compressed size of the zstd frame at the start of ``payload`` (RFC 8878 §3.1.1).
+    """SPEC §9.2 steps Z1 to Z6: check the frame header and walk the block headers (3 bytes
+    each, never decompressing); return the frame's size. Raises `DecodeError`: ZSTD_CORRUPT,
+    ZSTD_SIZE (no declared content size), ZSTD_WINDOW."""
+    frame = zstd_frame_header(payload, path=path, index=index)
+    return frame.size
 
-    Walks the block headers only (3 bytes each), so trailing bytes and truncation are found
-    without decompressing anything.
-    """
+
+class ZstdFrame:
+    """The facts of one zstd frame header (RFC 8878 §3.1.1) that SPEC §9.2 checks."""
+
+    def __init__(self, content_size: int | None, window: int, dictionary: int, size: int) -> None:
+        self.content_size = content_size
+        self.window = window
+        self.dictionary = dictionary
+        self.size = size  # header + blocks + checksum, in bytes
+
+
+def zstd_frame_header(payload: memoryview | bytes, *, path: str, index: int,
+                      expected: int | None = None) -> ZstdFrame:
+    """Steps Z1 to Z6 of SPEC §9.2, in that order (with ``expected``, Z3 compares the declared
+    content size with it)."""
     data = memoryview(payload).cast("B")
-    if len(data) < 6:
-        raise DecodeError("zstd payload too short for a frame", rule="ZSTD_CORRUPT", path=path,
-                          index=index)
-    try:
-        position = zstandard.frame_header_size(data)
-    except zstandard.ZstdError as error:
-        raise DecodeError(f"corrupt zstd frame header: {error}", rule="ZSTD_CORRUPT", path=path,
-                          index=index) from error
-    checksum = 4 if data[4] & 0x04 else 0
-    while True:
+
+    def corrupt(message: str) -> DecodeError:
+        return DecodeError(message, rule="ZSTD_CORRUPT", path=path, index=index)
+
+    if len(data) < 5 or bytes(data[:4]) != b"\x28\xb5\x2f\xfd":  # Z1
+        raise corrupt("not a zstd frame (magic number)")
+    descriptor = data[4]
+    if descriptor & 0x08:  # Z2
+        raise corrupt("zstd frame header has its reserved bit set")
+    fcs_flag, single = descriptor >> 6, (descriptor >> 5) & 1
+    checksum, did_flag = (descriptor >> 2) & 1, descriptor & 3
+    did_size = (0, 1, 2, 4)[did_flag]
+    fcs_size = (1 if single else 0, 2, 4, 8)[fcs_flag]
+    position = 5 + (0 if single else 1)
+    if len(data) < position + did_size + fcs_size:
+        raise corrupt("the payload ends inside the zstd frame header")
+    window = 0
+    if not single:
+        base = 1 << (10 + (data[5] >> 3))
+        window = base + (base >> 3) * (data[5] & 7)
+    dictionary = int.from_bytes(data[position:position + did_size], "little")
+    position += did_size
+    declared = None
+    if fcs_size:
+        declared = int.from_bytes(data[position:position + fcs_size], "little")
+        declared += 256 if fcs_size == 2 else 0
+    position += fcs_size
+    if declared is None or (expected is not None and declared != expected):  # Z3
+        found = "no content size" if declared is None else f"{declared} bytes"
+        raise DecodeError(f"zstd frame declares {found}, expected {expected}", rule="ZSTD_SIZE",
+                          path=path, index=index)
+    if single:
+        window = declared
+    if window > MAX_ZSTD_WINDOW:  # Z4
+        raise DecodeError(f"zstd window of {window} bytes exceeds {MAX_ZSTD_WINDOW}",
+                          rule="ZSTD_WINDOW", path=path, index=index)
+    if dictionary:  # Z5
+        raise corrupt(f"zstd frame requires dictionary {dictionary}")
+    limit = min(window, 1 << 17)  # Block_Maximum_Size
+    while True:  # Z6
         if position + 3 > len(data):
-            raise DecodeError("zstd frame is truncated (block header past the payload)",
-                              rule="ZSTD_CORRUPT", path=path, index=index)
+            raise corrupt("zstd frame is truncated (block header past the payload)")
         header = data[position] | data[position + 1] << 8 | data[position + 2] << 16
         last, kind, size = header & 1, (header >> 1) & 3, header >> 3
         if kind == 3:
-            raise DecodeError("zstd block of the reserved type", rule="ZSTD_CORRUPT", path=path,
-                              index=index)
+            raise corrupt("zstd block of the reserved type")
+        if size > limit:
+            raise corrupt(f"zstd block of {size} bytes exceeds Block_Maximum_Size {limit}")
         position += 3 + (1 if kind == 1 else size)
+        if position > len(data):
+            raise corrupt("zstd frame is truncated (block past the payload)")
         if last:
-            return position + checksum
+            break
+    position += 4 * checksum
+    if position > len(data):
+        raise corrupt("zstd frame is truncated (content checksum)")
+    return ZstdFrame(declared, window, dictionary, position)
 
 
 def decode_zstd_into(payload: memoryview | bytes, out: memoryview, *, path: str,
@@ -153,28 +209,12 @@ def decode_zstd_into(payload: memoryview | bytes, out: memoryview, *, path: str,
 
 def _check_zstd_frame(payload: memoryview | bytes, expected: int, *, path: str,
                       index: int) -> None:
-    """Declared size, window and frame extent, all before any output is produced."""
-    try:
-        params = zstandard.get_frame_parameters(payload)
-    except zstandard.ZstdError as error:
-        raise DecodeError(f"corrupt zstd frame header: {error}", rule="ZSTD_CORRUPT", path=path,
-                          index=index) from error
-    if params.content_size != expected:
-        declared = "no content size" if params.content_size == zstandard.CONTENTSIZE_UNKNOWN \
-            else f"{params.content_size} bytes"
-        raise DecodeError(f"zstd frame declares {declared}, expected {expected}",
-                          rule="ZSTD_SIZE", path=path, index=index)
-    if params.window_size > MAX_ZSTD_WINDOW:
-        raise DecodeError(f"zstd window of {params.window_size} bytes exceeds {MAX_ZSTD_WINDOW}",
-                          rule="ZSTD_WINDOW", path=path, index=index)
-    size = zstd_frame_size(payload, path=path, index=index)
+    """SPEC §9.2 steps Z1 to Z7, all before any output is produced."""
+    frame = zstd_frame_header(payload, path=path, index=index, expected=expected)
     length = memoryview(payload).nbytes
-    if size > length:
-        raise DecodeError(f"zstd frame is truncated: it needs {size} bytes, the payload has "
-                          f"{length}", rule="ZSTD_CORRUPT", path=path, index=index)
-    if size < length:
-        raise DecodeError(f"{length - size} bytes follow the zstd frame", rule="ZSTD_TRAILING",
-                          path=path, index=index)
+    if frame.size < length:  # Z7
+        raise DecodeError(f"{length - frame.size} bytes follow the zstd frame",
+                          rule="ZSTD_TRAILING", path=path, index=index)
 
 
 def decode_zstd(payload: memoryview | bytes, expected: int, *, path: str, index: int
@@ -184,17 +224,6 @@ def decode_zstd(payload: memoryview | bytes, expected: int, *, path: str, index:
     out = bytearray(expected)
     decode_zstd_into(payload, memoryview(out), path=path, index=index)
     return out
-
-
-def _check_png_ihdr(payload, *, path: str, index: int) -> None:
-    """SPEC: a PNG payload is 8-bit RGB. Pillow maps 16-bit RGB to mode "RGB" (dropping the low
-    byte), so the mode check alone does not catch it: read bit depth and color type from IHDR."""
-    head = bytes(payload[:29])
-    if len(head) < 29 or head[12:16] != b"IHDR" or head[24] != 8 or head[25] != 2:
-        depth, color = (head[24], head[25]) if len(head) >= 26 else (None, None)
-        raise DecodeError(f"PNG must be 8-bit RGB (IHDR bit depth 8, color type 2), got bit depth "
-                          f"{depth}, color type {color}", rule="IMAGE_DECODE", path=path,
-                          index=index)
 
 
 def _decode_jpeg_into(payload, out: np.ndarray, *, path: str, index: int) -> None:

@@ -26,7 +26,7 @@ def is_sharded_root(path: str | os.PathLike[str]) -> bool:
     if is_remote(text):
         return True
     local = text[len("file://") :] if text.startswith("file://") else text
-    return os.path.isfile(os.path.join(local, spec.MANIFEST_FILE))
+    return os.path.lexists(os.path.join(local, spec.MANIFEST_FILE))  # any entry (§19.2)
 
 
 def split_location(path: str | os.PathLike[str], split: str) -> str:

@@ -25,6 +25,7 @@ import msgspec
 import numpy as np
 
 from detfmt import errors, spec
+from detfmt._json import parse_json
 
 __all__ = [
     "DirectorySource",
@@ -266,10 +267,16 @@ def toc_length(prefix: bytes, where: str) -> int:
 
 
 def parse_toc(data: bytes, file_size: int, where: str) -> list[TocEntry]:
-    """Decode the table of contents and check the layout of S-10 against the file size."""
+    """Decode the table of contents (the JSON profile of SPEC §5.6; the value may be followed
+    by ASCII spaces only, the padding of the canonical layout) and check the layout of S-10
+    against the file size."""
+    value = data.rstrip(b" ")
+    raw = parse_json(value, path=where, limit=None, rule="PACK_LAYOUT", error=errors.PackError)
+    if not value.endswith(b"}"):
+        raise errors.PackError("only spaces may follow the table of contents' JSON", path=where)
     try:
-        entries = msgspec.json.decode(data, type=_Toc).members
-    except (msgspec.ValidationError, msgspec.DecodeError) as error:
+        entries = msgspec.convert(raw, _Toc).members
+    except msgspec.ValidationError as error:
         raise errors.PackError(f"invalid table of contents: {error}", path=where) from error
     position = spec.align_up(spec.PACK_PREFIX + len(data))
     seen: set[str] = set()

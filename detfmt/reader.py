@@ -186,14 +186,13 @@ class Dataset(EpochIteration):
         blob = self.blob_member
         if not validate.index_rows_ok(self.index, self.header, blob.size, self.counts,
                                       self.max_boxes, rows):
-            # Something is broken (the rare path): the whole index names the rule, so that the
-            # id does not depend on which samples were read first (SPEC §8's chain diagnosis
-            # needs the whole chain), then the counts of these rows.
-            self.validate_index()
+            # Something is broken (the rare path): name the first broken record among ``rows``
+            # with the record-major check of SPEC §8/§12 (each record's rules, then its count;
+            # the id does not depend on which records are checked together)
             for row in rows.tolist():
-                for violation in validate.check_counts(self.counts[row : row + 1],
-                                                       self.max_boxes,
-                                                       self.members[spec.COUNTS_FILE].path, row):
+                for violation in validate.check_index(
+                        self.index, self.header, blob.size, blob.path, row, row + 1,
+                        self.counts[row : row + 1], self.members[spec.COUNTS_FILE].path):
                     raise violation.to_error()
         self._state[rows] = np.maximum(self._state[rows], _RECORD)
 
@@ -223,10 +222,8 @@ class Dataset(EpochIteration):
         for start in range(0, n, step):
             stop = min(n, start + step)
             for violation in validate.check_index(self.index, self.header, blob.size, blob.path,
-                                                  start, stop):
-                raise violation.to_error()
-            for violation in validate.check_counts(self.counts[start:stop], self.max_boxes,
-                                                   self.members[spec.COUNTS_FILE].path, start):
+                                                  start, stop, self.counts[start:stop],
+                                                  self.members[spec.COUNTS_FILE].path):
                 raise violation.to_error()
             self._state[start:stop] = np.maximum(self._state[start:stop], _RECORD)
 

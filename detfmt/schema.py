@@ -26,13 +26,14 @@ NonNegative = Annotated[int, msgspec.Meta(ge=0)]
 Side = Annotated[int, msgspec.Meta(ge=1, le=spec.MAX_SIDE)]
 HexDigest = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{16}$")]
 ClassName = Annotated[str, msgspec.Meta(min_length=1, max_length=spec.MAX_CLASS_NAME_CHARS)]
+Int64 = Annotated[int, msgspec.Meta(ge=-(1 << 63), le=(1 << 63) - 1)]
 
 
 class ClassInfo(msgspec.Struct, frozen=True, kw_only=True):
     """One class: its name and its id in the source dataset (e.g. a COCO category id)."""
 
     name: ClassName
-    source_id: int | None = None
+    source_id: Int64 | None = None
 
 
 class ImageInfo(msgspec.Struct, frozen=True, kw_only=True):

@@ -7,14 +7,13 @@ ints or in uint64 with explicit bounds, so hostile numbers cannot wrap around.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import msgspec
 import numpy as np
 
-from detfmt import errors, spec
+from detfmt import _json, errors, spec
 from detfmt.schema import Header
 
 __all__ = ["Violation", "check_index", "check_labels", "expected_arrays", "parse_header"]
@@ -39,38 +38,11 @@ class Violation:
 # --------------------------------------------------------------------------- header
 
 
-def _reject_constant(name: str) -> None:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def _no_duplicates(pairs: list[tuple[str, object]]) -> dict:
-    result: dict = {}
-    for key, value in pairs:
-        if key in result:
-            raise ValueError(f"duplicate key {key!r}")
-        result[key] = value
-    return result
-
-
 def parse_header(data: bytes, path: str) -> Header:
-    """Decode and validate header.json bytes (rules HEADER_*, NOT_DETFMT, VERSION/FEATURE)."""
-    if not data:
-        raise errors.HeaderError("header is empty", rule="HEADER_ENCODING", path=path)
-    if data.startswith(b"\xef\xbb\xbf"):
-        raise errors.HeaderError("header starts with a byte-order mark", rule="HEADER_ENCODING",
-                                 path=path)
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise errors.HeaderError(f"header is not UTF-8: {error}", rule="HEADER_ENCODING",
-                                 path=path) from error
-    try:
-        raw = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant)
-    except (ValueError, RecursionError) as error:
-        raise errors.HeaderError(f"header is not valid JSON: {error}", rule="HEADER_JSON",
-                                 path=path) from error
-    if not isinstance(raw, dict):
-        raise errors.HeaderError("header must be a JSON object", rule="HEADER_JSON", path=path)
+    """Decode and validate header.json bytes (rules HEADER_*, NOT_DETFMT, VERSION/FEATURE), in
+    the order of SPEC.md §12 step 1. The caller has checked the size (R-2)."""
+    raw = _json.parse_json(data, path=path, limit=None, rule="HEADER_JSON",
+                           error=errors.HeaderError, encoding_rule="HEADER_ENCODING")
     _check_identity(raw, path)
     try:
         header = msgspec.convert(raw, Header)
@@ -108,7 +80,8 @@ def _check_identity(raw: dict, path: str) -> None:
 
 
 def expected_arrays(header: Header) -> dict[str, tuple[str, tuple[int, ...]]]:
-    """Every .npy member the header implies, with its exact dtype descr and shape."""
+    """Every .npy member the header implies, with its exact dtype descr and shape, in byte-wise
+    name order."""
     n, m = header.num_samples, header.max_boxes
     arrays: dict[str, tuple[str, tuple[int, ...]]] = {
         spec.INDEX_FILE: ("index", (n,)),
@@ -124,7 +97,7 @@ def expected_arrays(header: Header) -> dict[str, tuple[str, tuple[int, ...]]]:
         else:
             dtype, tail = spec.IMAGE_FIELD_ARRAYS[name]
             arrays[f"{name}.npy"] = (dtype, (n, *tail))
-    return arrays
+    return dict(sorted(arrays.items()))  # SPEC §12: members are checked in byte-wise name order
 
 
 def expected_files(header: Header) -> list[str]:
@@ -135,7 +108,7 @@ def expected_files(header: Header) -> list[str]:
 
 
 def check_header(header: Header, path: str) -> Iterator[Violation]:
-    """Cross-field rules the schema alone cannot express."""
+    """Cross-member rules the schema alone cannot express, in the order of SPEC.md §12 step 1."""
     names = [info.name for info in header.classes]
     if len(set(names)) != len(names):
         yield Violation("HEADER_SCHEMA", path, "class names must be unique")
@@ -147,6 +120,8 @@ def check_header(header: Header, path: str) -> Iterator[Violation]:
         yield Violation("HEADER_SCHEMA", path, "box field names must be unique")
     if len(set(header.image_fields)) != len(header.image_fields):
         yield Violation("HEADER_SCHEMA", path, "image field names must be unique")
+    if len(set(header.required_features)) != len(header.required_features):
+        yield Violation("HEADER_SCHEMA", path, "required_features must be unique")
     if len(header.metadata) > spec.MAX_METADATA_ITEMS or sum(
         len(k) + len(v) for k, v in header.metadata.items()
     ) > spec.MAX_METADATA_BYTES:
@@ -154,6 +129,8 @@ def check_header(header: Header, path: str) -> Iterator[Violation]:
     unknown_codecs = set(header.image.codecs) - set(spec.CODEC_IDS)
     if unknown_codecs:
         yield Violation("CODEC_UNKNOWN", path, f"unknown codec names {sorted(unknown_codecs)}")
+    if header.image.codecs and sum(header.image.codecs.values()) != header.num_samples:
+        yield Violation("HEADER_SCHEMA", path, "image.codecs counts do not add up to num_samples")
     expected = expected_files(header)
     if sorted(header.files) != expected:
         yield Violation("HEADER_SCHEMA", path,
@@ -163,7 +140,7 @@ def check_header(header: Header, path: str) -> Iterator[Violation]:
         yield Violation("HEADER_SCHEMA", path,
                         f"'arrays' must list exactly {sorted(arrays)}, got {sorted(header.arrays)}")
         return
-    for name, (dtype, shape) in arrays.items():
+    for name, (dtype, shape) in arrays.items():  # byte-wise name order
         info = header.arrays[name]
         wanted = _index_descr() if dtype == "index" else dtype
         got = info.dtype if isinstance(info.dtype, str) else [list(f) for f in info.dtype]
@@ -173,8 +150,6 @@ def check_header(header: Header, path: str) -> Iterator[Violation]:
         if tuple(info.shape) != shape:
             yield Violation("COUNT_MISMATCH", path, f"header says {name} has shape {info.shape},"
                             f" but num_samples/max_boxes imply {list(shape)}")
-    if sum(header.image.codecs.values()) not in (0, header.num_samples) and header.image.codecs:
-        yield Violation("HEADER_SCHEMA", path, "image.codecs counts do not add up to num_samples")
 
 
 def _index_descr() -> list[list[str]]:
@@ -233,12 +208,17 @@ def index_rows_ok(index: np.ndarray, header: Header, blob_size: int, counts: np.
 
 
 def check_index(index: np.ndarray, header: Header, blob_size: int, path: str,
-                start: int = 0, stop: int | None = None) -> Iterator[Violation]:
-    """Vectorized structural checks of index records [start, stop) (no payload reads).
+                start: int = 0, stop: int | None = None, counts: np.ndarray | None = None,
+                counts_path: str = "") -> Iterator[Violation]:
+    """Structural checks of index records [start, stop) (no payload reads), record by record.
 
-    Payloads are packed: record 0 starts at 0, record i+1 starts where record i ends rounded up
-    to 64, and the last one ends (rounded up) at the blob's size. Checking that chain for a range
-    needs only the record before it, so a reader can validate a huge index chunk by chunk.
+    SPEC.md §8 and §12 step 4: for each record in index order, its bounds, its link to the
+    previous payload, then R-25 .. R-29, then its box count (R-36, when ``counts`` holds the
+    counts of the same records); the first failing record decides, and within it the first
+    failing rule. That order does not depend on how the records are split into ranges, so a
+    reader can validate a huge index range by range (in increasing order) and report the same
+    id as a full check. A range also checks the bounds and link of the record after it, so no
+    payload of the range overlaps the next one unnoticed.
     """
     n = len(index)
     stop = n if stop is None else min(stop, n)
@@ -249,112 +229,105 @@ def check_index(index: np.ndarray, header: Header, blob_size: int, path: str,
     if start >= stop:
         return
     lo = max(start - 1, 0)
-    # The chain includes the record after the range too: otherwise the last record of a chunk
-    # could overlap the next chunk's payloads and be used before that chunk is validated.
-    records = index[lo:min(stop + 1, n)]
+    hi = min(stop + 1, n)
+    records = index[lo:hi]
     offsets = records["offset"]
     nbytes = records["nbytes"]
-    big = np.flatnonzero((offsets > np.uint64(blob_size)) | (nbytes > np.uint64(blob_size)))
-    if big.size:  # bounded by the real file size, so the sums below cannot wrap around
-        i = lo + int(big[0])
-        yield Violation("OFFSETS_BOUNDS", path, f"offset {int(index['offset'][i])} or length "
-                        f"{int(index['nbytes'][i])} exceeds the blob size {blob_size}", i)
-        return
+    size = np.uint64(blob_size)
+    codes = np.zeros(len(records), np.int8)  # per record: 0 ok, else the first failing rule
+
+    def mark(rank: int, bad: np.ndarray) -> None:
+        codes[(codes == 0) & bad] = rank
+
+    mark(_BOUNDS, (offsets > size) | (nbytes > size))
     mask = np.uint64(spec.ALIGNMENT - 1)
-    aligned_ends = (offsets + nbytes + mask) & ~mask
-    if start == 0 and int(offsets[0]) != 0:
-        yield Violation("OFFSETS_BOUNDS", path, f"first offset is {int(offsets[0])}, expected 0", 0)
-        return
-    if len(records) > 1 and not np.array_equal(offsets[1:], aligned_ends[:-1]):
-        yield _diagnose_chain(offsets, nbytes, aligned_ends, lo, path)
-        return
-    if stop == n:
-        end = int(aligned_ends[-1])
-        if end != blob_size:
-            rule = "OFFSETS_BOUNDS" if end > blob_size else "BLOB_SIZE"
-            yield Violation(rule, path, f"payloads end at {end} but images.bin has {blob_size} "
-                            "bytes", n - 1 if end > blob_size else None)
-            return
-    records = index[start:stop]
-    yield from _check_records(records, header, path, start)
-
-
-def _diagnose_chain(offsets, nbytes, aligned_ends, lo: int, path: str) -> Violation:
-    """Name the first broken link of the payload chain precisely (only runs on failure)."""
-    misaligned = np.flatnonzero(offsets & np.uint64(spec.ALIGNMENT - 1))
-    ends = offsets + nbytes
-    backwards = np.flatnonzero(offsets[1:] < ends[:-1])
-    gaps = np.flatnonzero(offsets[1:] != aligned_ends[:-1])
-    first = int(gaps[0]) + 1
-    # Contract and SPEC §8: a misaligned offset, then an overlap (a payload starting before the
-    # previous one ends), anywhere in the chain outranks a gap, so swapped offsets read as
-    # OFFSETS_NON_MONOTONIC even when the first broken link is a gap.
-    if misaligned.size:
-        i = int(misaligned[0])
-        return Violation("OFFSET_ALIGNMENT", path,
-                         f"payload offset {int(offsets[i])} is not a multiple of 64", lo + i)
-    if backwards.size:
-        i = int(backwards[0]) + 1
-        return Violation("OFFSETS_NON_MONOTONIC", path,
-                         f"payload {lo + i} starts at {int(offsets[i])}, inside payload "
-                         f"{lo + i - 1} which ends at {int(ends[i - 1])}", lo + i)
-    return Violation("OFFSETS_BOUNDS", path,
-                     f"payload {lo + first} starts at {int(offsets[first])}, expected "
-                     f"{int(aligned_ends[first - 1])} (payloads are packed at 64-byte steps)",
-                     lo + first)
-
-
-def _check_records(records: np.ndarray, header: Header, path: str, start: int
-                   ) -> Iterator[Violation]:
-    """Per-record rules: sizes, channels, codec, reserved fields, fixed shape."""
-    heights = records["height"]
-    widths = records["width"]
+    ends = offsets + nbytes  # both <= blob_size where it matters (the bounds rank comes first)
+    if lo == 0 and offsets[0] != 0 and codes[0] == 0:
+        codes[0] = _FIRST
+    link = np.zeros(len(records), bool)
+    link[1:] = offsets[1:] != ((ends[:-1] + mask) & ~mask)
+    misaligned = (offsets & mask) != 0
+    overlap = np.zeros(len(records), bool)
+    overlap[1:] = offsets[1:] < ends[:-1]
+    mark(_ALIGNMENT, link & misaligned)
+    mark(_OVERLAP, link & overlap)
+    mark(_GAP, link)
+    own = np.zeros(len(records), bool)  # records whose own checks belong to this range
+    own[start - lo:stop - lo] = True
+    heights, widths = records["height"], records["width"]
+    mark(_SIDE, own & ((heights < 1) | (heights > spec.MAX_SIDE) | (widths < 1)
+                       | (widths > spec.MAX_SIDE)))
+    mark(_FIELD, own & ((records["channels"] != spec.CHANNELS) | (records["flags"] != 0)
+                        | (records["reserved"] != 0)))
     codecs = records["codec"]
-    nbytes = records["nbytes"]
-    bad = np.flatnonzero((heights < 1) | (heights > spec.MAX_SIDE) | (widths < 1)
-                         | (widths > spec.MAX_SIDE))
-    if bad.size:
-        i = int(bad[0])
-        yield Violation("LIMIT_EXCEEDED", path, f"image size {int(heights[i])}x{int(widths[i])} "
-                        f"outside 1..{spec.MAX_SIDE}", start + i)
-        return
-    bad = np.flatnonzero(records["channels"] != spec.CHANNELS)
-    if bad.size:
-        i = int(bad[0])
-        yield Violation("INDEX_FIELD", path, f"channels is {int(records['channels'][i])}, must "
-                        "be 3", start + i)
-    bad = np.flatnonzero((records["flags"] != 0) | (records["reserved"] != 0))
-    if bad.size:
-        yield Violation("INDEX_FIELD", path, "flags and reserved must be 0", start + int(bad[0]))
-    bad = np.flatnonzero(codecs > spec.CODEC_PNG)
-    if bad.size:
-        i = int(bad[0])
-        yield Violation("CODEC_UNKNOWN", path, f"unknown codec id {int(codecs[i])}", start + i)
+    mark(_CODEC, own & (codecs > spec.CODEC_PNG))
     decoded = heights.astype(np.uint64) * widths.astype(np.uint64) * np.uint64(spec.CHANNELS)
-    bad = np.flatnonzero(records["decoded_nbytes"] != decoded)
-    if bad.size:
-        i = int(bad[0])
-        yield Violation("SAMPLE_SIZE", path, f"decoded_nbytes is "
-                        f"{int(records['decoded_nbytes'][i])}, expected height*width*3 = "
-                        f"{int(decoded[i])}", start + i)
-        return
-    bad = np.flatnonzero((codecs == spec.CODEC_RAW) & (nbytes != decoded))
-    if bad.size:
-        i = int(bad[0])
-        yield Violation("SAMPLE_SIZE", path, f"raw payload has {int(nbytes[i])} bytes, expected "
-                        f"{int(decoded[i])}", start + i)
-    bad = np.flatnonzero((codecs != spec.CODEC_RAW) & (nbytes == 0))
-    if bad.size:
-        yield Violation("SAMPLE_SIZE", path, "encoded payload is empty", start + int(bad[0]))
+    mark(_SIZE, own & ((records["decoded_nbytes"] != decoded)
+                       | ((codecs == spec.CODEC_RAW) & (nbytes != decoded))
+                       | ((codecs != spec.CODEC_RAW) & (nbytes == 0))))
     fixed = header.image.fixed_shape
     if fixed is not None:
-        bad = np.flatnonzero((codecs != spec.CODEC_RAW) | (heights != fixed[0])
-                             | (widths != fixed[1]))
-        if bad.size:
-            i = int(bad[0])
-            yield Violation("FIXED_SHAPE", path, f"sample is {_codec_name(codecs[i])} "
-                            f"{int(heights[i])}x{int(widths[i])}, but the header fixes raw "
-                            f"{fixed[0]}x{fixed[1]}", start + i)
+        mark(_FIXED, own & ((codecs != spec.CODEC_RAW) | (heights != fixed[0])
+                            | (widths != fixed[1])))
+    if counts is not None:
+        per_record = np.zeros(len(records), np.int64)
+        per_record[start - lo:stop - lo] = counts
+        mark(_COUNT, own & ((per_record < 0) | (per_record > header.max_boxes)))
+    if start > lo:
+        codes[0] = 0  # the record before the range was checked with its own range
+    bad = np.flatnonzero(codes)
+    if bad.size:
+        k = int(bad[0])
+        yield _record_violation(int(codes[k]), records, k, lo + k, path, counts_path,
+                                per_record if counts is not None else None, header)
+
+
+_BOUNDS, _FIRST, _ALIGNMENT, _OVERLAP, _GAP, _SIDE, _FIELD, _CODEC, _SIZE, _FIXED, _COUNT = \
+    range(1, 12)
+
+
+def _record_violation(code: int, records: np.ndarray, k: int, i: int, path: str,
+                      counts_path: str, counts: np.ndarray | None, header: Header) -> Violation:
+    """The violation of record ``i`` (position ``k`` in ``records``) for its first failing rule."""
+    r = records[k]
+    offset, length = int(r["offset"]), int(r["nbytes"])
+    h, w = int(r["height"]), int(r["width"])
+    if code == _BOUNDS:
+        return Violation("OFFSETS_BOUNDS", path, f"offset {offset} or length {length} exceeds "
+                         "the size of images.bin", i)
+    if code == _FIRST:
+        return Violation("OFFSETS_BOUNDS", path, f"first offset is {offset}, expected 0", i)
+    previous_end = int(records[k - 1]["offset"]) + int(records[k - 1]["nbytes"])
+    if code == _ALIGNMENT:
+        return Violation("OFFSET_ALIGNMENT", path,
+                         f"payload offset {offset} is not a multiple of 64", i)
+    if code == _OVERLAP:
+        return Violation("OFFSETS_NON_MONOTONIC", path, f"payload {i} starts at {offset}, "
+                         f"inside payload {i - 1} which ends at {previous_end}", i)
+    if code == _GAP:
+        return Violation("OFFSETS_BOUNDS", path, f"payload {i} starts at {offset}, expected "
+                         f"{spec.align_up(previous_end)} (payloads are packed at 64-byte steps)",
+                         i)
+    if code == _SIDE:
+        return Violation("LIMIT_EXCEEDED", path,
+                         f"image size {h}x{w} outside 1..{spec.MAX_SIDE}", i)
+    if code == _FIELD:
+        return Violation("INDEX_FIELD", path, f"channels {int(r['channels'])}, flags "
+                         f"{int(r['flags'])}, reserved {int(r['reserved'])}: must be 3, 0, 0", i)
+    if code == _CODEC:
+        return Violation("CODEC_UNKNOWN", path, f"unknown codec id {int(r['codec'])}", i)
+    if code == _SIZE:
+        return Violation("SAMPLE_SIZE", path, f"decoded_nbytes {int(r['decoded_nbytes'])} and "
+                         f"nbytes {length} do not fit a {h}x{w}x3 "
+                         f"{_codec_name(r['codec'])} image", i)
+    if code == _FIXED:
+        fixed = header.image.fixed_shape
+        assert fixed is not None
+        return Violation("FIXED_SHAPE", path, f"sample is {_codec_name(r['codec'])} {h}x{w}, but "
+                         f"the header fixes raw {fixed[0]}x{fixed[1]}", i)
+    assert counts is not None
+    return Violation("COUNT_RANGE", counts_path,
+                     f"box count {int(counts[k])} outside 0..{header.max_boxes}", i)
 
 
 def check_index_tail(index: np.ndarray, header: Header, blob_size: int, path: str
@@ -395,18 +368,27 @@ def _codec_name(codec_id) -> str:
 
 
 def check_string_offsets(offsets: np.ndarray, size: int, path: str) -> Iterator[Violation]:
+    """The offsets of a string field (SPEC.md §11.2): the tails, then sample by sample
+    ``offsets[i] <= offsets[i+1] <= size`` (R-23), then the length limit (R-25); the first
+    failing sample decides."""
     if int(offsets[0]) != 0 or int(offsets[-1]) != size:
         yield Violation("OFFSETS_BOUNDS", path, f"string offsets must run from 0 to {size}")
         return
-    lengths = np.diff(offsets.astype(np.int64)) if len(offsets) > 1 else np.zeros(0, np.int64)
-    if (offsets > np.uint64(size)).any() or (lengths < 0).any():
-        i = int(np.flatnonzero(lengths < 0)[0]) if (lengths < 0).any() else None
-        yield Violation("OFFSETS_NON_MONOTONIC", path, "string offsets decrease", i)
+    starts, ends = offsets[:-1], offsets[1:]
+    codes = np.zeros(len(starts), np.int8)
+    codes[(ends < starts) | (ends > np.uint64(size))] = 1
+    long = (codes == 0) & (ends - np.minimum(starts, ends) > np.uint64(spec.MAX_STRING_BYTES))
+    codes[long] = 2
+    bad = np.flatnonzero(codes)
+    if not bad.size:
         return
-    long = np.flatnonzero(lengths > spec.MAX_STRING_BYTES)
-    if long.size:
-        yield Violation("LIMIT_EXCEEDED", path, f"string longer than {spec.MAX_STRING_BYTES} bytes",
-                        int(long[0]))
+    i = int(bad[0])
+    if codes[i] == 1:
+        yield Violation("OFFSETS_NON_MONOTONIC", path, f"string offsets [{int(starts[i])}, "
+                        f"{int(ends[i])}) decrease or pass the {size}-byte file", i)
+    else:
+        yield Violation("LIMIT_EXCEEDED", path, f"string longer than {spec.MAX_STRING_BYTES} "
+                        "bytes", i)
 
 
 # --------------------------------------------------------------------------- labels
@@ -430,6 +412,8 @@ def check_labels(
     boxes_path, classes_path = paths
     if boxes.size == 0 and classes.size == 0:
         return
+    # SPEC.md §12: the first failing sample (row) decides, then the first failing rule of it
+    found: list[tuple[int, int, Violation]] = []
     m = boxes.shape[1]
     mask = np.arange(m) < counts[:, None]
     x1, y1, x2, y2 = (boxes[..., k] for k in range(4))
@@ -437,22 +421,23 @@ def check_labels(
     bad = mask & ~(finite & (x1 <= x2) & (y1 <= y2))
     if bad.any():
         row, slot = np.argwhere(bad)[0]
-        yield Violation("BOX_INVALID", boxes_path, f"box {int(slot)} is {boxes[row, slot].tolist()}"
-                        " (NaN/inf, or x2 < x1 / y2 < y1)", int(indices[row]))
-        return
+        found.append((int(row), 0, Violation(
+            "BOX_INVALID", boxes_path, f"box {int(slot)} is {boxes[row, slot].tolist()} (NaN/inf,"
+            " or x2 < x1 / y2 < y1)", int(indices[row]))))
     w = widths[:, None].astype(np.float32)
     h = heights[:, None].astype(np.float32)
     bad = mask & ((x1 < 0) | (y1 < 0) | (x2 > w) | (y2 > h))
     if bad.any():
         row, slot = np.argwhere(bad)[0]
-        yield Violation("BOX_OUT_OF_IMAGE", boxes_path,
-                        f"box {int(slot)} {boxes[row, slot].tolist()} lies outside the "
-                        f"{int(widths[row])}x{int(heights[row])} image", int(indices[row]))
+        found.append((int(row), 1, Violation(
+            "BOX_OUT_OF_IMAGE", boxes_path, f"box {int(slot)} {boxes[row, slot].tolist()} lies "
+            f"outside the {int(widths[row])}x{int(heights[row])} image", int(indices[row]))))
     bad = mask & ((classes < 0) | (classes >= num_classes))
     if bad.any():
         row, slot = np.argwhere(bad)[0]
-        yield Violation("CLASS_RANGE", classes_path, f"class id {int(classes[row, slot])} of box "
-                        f"{int(slot)} outside 0..{num_classes - 1}", int(indices[row]))
+        found.append((int(row), 2, Violation(
+            "CLASS_RANGE", classes_path, f"class id {int(classes[row, slot])} of box "
+            f"{int(slot)} outside 0..{num_classes - 1}", int(indices[row]))))
     padding = ~mask
     bad_boxes = padding & (boxes.view(np.uint32) != 0).any(axis=-1)
     bad_classes = padding & (classes != spec.CLASS_PADDING)
@@ -460,16 +445,18 @@ def check_labels(
         which = bad_boxes | bad_classes
         row, slot = np.argwhere(which)[0]
         path = boxes_path if bad_boxes[row, slot] else classes_path
-        yield Violation("MASK_INCONSISTENT", path, f"padding slot {int(slot)} (count "
-                        f"{int(counts[row])}) must hold box +0.0 and class -1",
-                        int(indices[row]))
+        found.append((int(row), 3, Violation(
+            "MASK_INCONSISTENT", path, f"padding slot {int(slot)} (count {int(counts[row])}) "
+            "must hold box +0.0 and class -1", int(indices[row]))))
     for name, (field_path, values) in (box_fields or {}).items():
         bad = padding & (values.view(np.uint8 if values.dtype.itemsize == 1 else np.uint32) != 0)
         if bad.any():
             row, slot = np.argwhere(bad)[0]
-            yield Violation("MASK_INCONSISTENT", field_path,
-                            f"padding slot {int(slot)} of box field {name!r} must be 0",
-                            int(indices[row]))
+            found.append((int(row), 3, Violation(
+                "MASK_INCONSISTENT", field_path,
+                f"padding slot {int(slot)} of box field {name!r} must be 0", int(indices[row]))))
+    for _, _, violation in sorted(found, key=lambda item: item[:2]):
+        yield violation
 
 
 def label_rows_broken(*, boxes: np.ndarray, classes: np.ndarray, counts: np.ndarray,

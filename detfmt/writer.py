@@ -29,7 +29,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from detfmt import _io, _npy, errors, spec
+from detfmt import _io, _json, _npy, errors, spec
 from detfmt._prepare import Options, Prepared, prepare
 from detfmt.schema import ArrayInfo, BoxField, ClassInfo, FileInfo, Header, ImageInfo
 
@@ -371,8 +371,10 @@ def _check_target(target: Path, overwrite: bool) -> bool:
     try:
         if target.is_symlink() or not target.is_dir():
             raise ValueError("not a directory")
-        with open(header, "rb") as handle:
-            identity = json.loads(handle.read(spec.MAX_HEADER_BYTES)).get("format")
+        with open(header, "rb") as handle:  # the one JSON profile (SPEC §5.6), as readers
+            identity = _json.parse_json(handle.read(spec.MAX_HEADER_BYTES + 1), path=str(header),
+                                        limit=spec.MAX_HEADER_BYTES, rule="HEADER_JSON"
+                                        ).get("format")
     except (OSError, ValueError, AttributeError) as error:
         raise errors.TargetExistsError(
             "target exists and is not a detfmt dataset; refusing to replace it", path=target

@@ -16,7 +16,10 @@ import xxhash
 
 __all__ = [
     "FROZEN_JPEG",
+    "FROZEN_JPEG_MORE",
     "FROZEN_ZSTD",
+    "chroma_source",
+    "jpeg_segments",
     "jpeg_source",
     "npy",
     "png",
@@ -55,7 +58,8 @@ ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 def zstd_frame(data: bytes, *, blocks: list[tuple[str, int]] | None = None,
                content_size: int | bool | None = True, window_log: int | None = None,
-               checksum: bool = False) -> bytes:
+               checksum: bool = False, reserved_bit: bool = False,
+               dict_id: int | None = None) -> bytes:
     """A single zstd frame holding ``data`` in raw ("raw") or run-length ("rle") blocks.
 
     Args:
@@ -63,6 +67,8 @@ def zstd_frame(data: bytes, *, blocks: list[tuple[str, int]] | None = None,
         content_size: True declares len(data); an int declares that value; None/False omits it.
         window_log: None makes a single-segment frame; else a Window_Descriptor of 2**window_log.
         checksum: append the content checksum (low 32 bits of XXH64, seed 0).
+        reserved_bit: set the descriptor's reserved bit (invalid).
+        dict_id: write a one-byte Dictionary_ID field with this value (0: no dictionary).
     """
     declared = len(data) if content_size is True else (content_size or None)
     single = window_log is None
@@ -76,10 +82,13 @@ def zstd_frame(data: bytes, *, blocks: list[tuple[str, int]] | None = None,
         fcs_flag, fcs = 1, struct.pack("<H", declared - 256)
     else:
         fcs_flag, fcs = 2, struct.pack("<I", declared)
-    descriptor = (fcs_flag << 6) | (int(single) << 5) | (int(checksum) << 2)
+    descriptor = ((fcs_flag << 6) | (int(single) << 5) | (int(reserved_bit) << 3)
+                  | (int(checksum) << 2) | (1 if dict_id is not None else 0))
     out = bytearray(ZSTD_MAGIC + bytes([descriptor]))
     if not single:
         out.append((window_log - 10) << 3)
+    if dict_id is not None:
+        out.append(dict_id)
     out += fcs
     blocks = blocks or [("raw", len(data))]
     position = 0
@@ -135,18 +144,33 @@ def _filter_rows(rows: np.ndarray, bpp: int) -> bytes:
     return bytes(out)
 
 
-def _stored_zlib(data: bytes) -> bytes:
+def _stored_zlib(data: bytes, *, bad_adler: bool = False) -> bytes:
     out = bytearray(b"\x78\x01")
     pieces = [data[i:i + 65535] for i in range(0, len(data), 65535)] or [b""]
     for number, piece in enumerate(pieces):
         final = int(number == len(pieces) - 1)
         out += bytes([final]) + struct.pack("<HH", len(piece), len(piece) ^ 0xFFFF) + piece
-    return bytes(out + struct.pack(">I", zlib.adler32(data)))
+    return bytes(out + struct.pack(">I", zlib.adler32(data) ^ int(bad_adler)))
 
 
-def png(image: np.ndarray, *, bit_depth: int = 8, color_type: int = 2,
-        bad_crc: bool = False) -> bytes:
-    """Encode an (H, W, 3) uint8 image as PNG (8-bit RGB unless an invalid case asks otherwise)."""
+#: Adam7 passes: (first row, first column, row step, column step)
+_ADAM7 = ((0, 0, 8, 8), (0, 4, 8, 8), (4, 0, 8, 4), (0, 2, 4, 4), (2, 0, 4, 2), (0, 1, 2, 2),
+          (1, 0, 2, 1))
+
+
+def png(image: np.ndarray, *, bit_depth: int = 8, color_type: int = 2, bad_crc: bool = False,
+        interlace: bool = False, before_idat: tuple[tuple[bytes, bytes], ...] = (),
+        idat_parts: int = 1, between_idat: bytes | None = None, bad_crc_chunk: bytes = b"",
+        trailing: bytes = b"", bad_adler: bool = False, filter_type: int | None = None,
+        extra_data: bytes = b"", cut_data: int = 0, compression: int = 0) -> bytes:
+    """Encode an (H, W, 3) uint8 image as PNG (8-bit RGB unless an invalid case asks otherwise).
+
+    The keyword arguments build the other cases of SPEC §9.4: an Adam7-interlaced image,
+    ancillary chunks before IDAT, the zlib stream split over several IDAT chunks (or with a chunk
+    between them), a wrong CRC (on IDAT, or on the chunk named by ``bad_crc_chunk``), bytes after
+    IEND, a wrong Adler-32, one filter type for every row, data after (or missing from) the
+    filtered image, and another IHDR compression method.
+    """
     height, width = image.shape[:2]
     samples = image
     if color_type == 0:
@@ -155,12 +179,31 @@ def png(image: np.ndarray, *, bit_depth: int = 8, color_type: int = 2,
         samples = np.concatenate([image, np.full((height, width, 1), 255, np.uint8)], axis=2)
     if bit_depth == 16:
         samples = (samples.astype(">u2") * 257).view(np.uint8).reshape(height, width, -1)
-    rows = samples.reshape(height, -1)
-    bpp = samples.shape[2] * (bit_depth // 8) if bit_depth == 16 else samples.shape[2]
-    ihdr = struct.pack(">IIBBBBB", width, height, bit_depth, color_type, 0, 0, 0)
-    body = _stored_zlib(_filter_rows(rows, bpp))
-    return (b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", ihdr) + _chunk(b"IDAT", body, bad_crc=bad_crc)
-            + _chunk(b"IEND", b""))
+    bpp = samples.shape[2] * (2 if bit_depth == 16 else 1)  # as frozen in the png_16bit case
+    if interlace:
+        raw = b"".join(_filter_rows(samples[r0::dr, c0::dc].reshape(len(range(r0, height, dr)), -1),
+                                    bpp)
+                       for r0, c0, dr, dc in _ADAM7
+                       if r0 < height and c0 < width)
+    else:
+        raw = _filter_rows(samples.reshape(height, -1), bpp)
+    if filter_type is not None:
+        line = 1 + samples.shape[1] * bpp
+        raw = bytes(b if i % line else filter_type for i, b in enumerate(raw))
+    raw = raw[:len(raw) - cut_data] + extra_data
+    ihdr = struct.pack(">IIBBBBB", width, height, bit_depth, color_type, compression, 0,
+                       int(interlace))
+    body = _stored_zlib(raw, bad_adler=bad_adler)
+    step = -(-len(body) // idat_parts)
+    parts = [body[i:i + step] for i in range(0, len(body), step)]
+    out = bytearray(b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", ihdr))
+    for kind, data in before_idat:
+        out += _chunk(kind, data, bad_crc=kind == bad_crc_chunk)
+    for number, part in enumerate(parts):
+        if number and between_idat is not None:
+            out += _chunk(between_idat, b"between")
+        out += _chunk(b"IDAT", part, bad_crc=bad_crc or bad_crc_chunk == b"IDAT")
+    return bytes(out + _chunk(b"IEND", b"") + trailing)
 
 
 # --- frozen blobs: produced once with third-party encoders, never regenerated ----------------
@@ -218,3 +261,155 @@ FROZEN_ZSTD = _b64(
         '0/LSL5/76TXP/wE8IKDT0hYDjgmKhhlpzjA0ghRACEIIIYQJyQ/6MUnRMCPMGQZGkAISQgghSEiSPoEgMgiPCYqG'
         'GWnOMDSCFEAIQgghhAnJD5qTKOJFJkq8yI222FiUeCKLAvEQHRJCCCFISJIOjhE='
 )
+
+
+def chroma_source(height: int, width: int) -> np.ndarray:
+    """Sharp chroma edges: the image of the 4:2:0 and 4:2:2 JPEGs, where replicated chroma lands
+    far (up to 96 per byte) from the interpolated chroma of SPEC §9.3."""
+    y, x = np.mgrid[0:height, 0:width]
+    red = np.where((x // 3) % 2 == 0, 230, 20)
+    green = np.where((y // 3) % 2 == 0, 200, 40)
+    blue = np.where(((x + y) // 4) % 2 == 0, 30, 220)
+    return np.stack([red, green, blue], axis=-1).astype(np.uint8)
+
+
+#: More frozen JPEGs (libjpeg-turbo 3 through simplejpeg 1.9 / Pillow 13, quality 95):
+#: SUB_420 / SUB_422: baseline, chroma 4:2:0 / 4:2:2, of chroma_source(16, 24), with
+#: SUB_*_DECODED: libjpeg-turbo's decode (islow IDCT, fancy upsampling), the reference pixels;
+#: PROGRESSIVE and RESTART (DRI, a restart marker per MCU): 4:4:4 of jpeg_source(16, 24);
+#: GRAY: one component, of jpeg_source(5, 7)[:, :, 1]; CMYK: four components (Adobe APP14).
+FROZEN_JPEG_MORE: dict[str, bytes] = {
+    'SUB_420': _b64(
+        '/9j/4AAQSkZJRgABAQAAAQABAAD/2wBDAAIBAQEBAQIBAQECAgICAgQDAgICAgUEBAMEBgUGBgYFBgYGBwkIBgcJBw'
+        'YGCAsICQoKCgoKBggLDAsKDAkKCgr/2wBDAQICAgICAgUDAwUKBwYHCgoKCgoKCgoKCgoKCgoKCgoKCgoKCgoKCgoK'
+        'CgoKCgoKCgoKCgoKCgoKCgoKCgoKCgr/wAARCAAQABgDASIAAhEBAxEB/8QAHwAAAQUBAQEBAQEAAAAAAAAAAAECAw'
+        'QFBgcICQoL/8QAtRAAAgEDAwIEAwUFBAQAAAF9AQIDAAQRBRIhMUEGE1FhByJxFDKBkaEII0KxwRVS0fAkM2JyggkK'
+        'FhcYGRolJicoKSo0NTY3ODk6Q0RFRkdISUpTVFVWV1hZWmNkZWZnaGlqc3R1dnd4eXqDhIWGh4iJipKTlJWWl5iZmq'
+        'KjpKWmp6ipqrKztLW2t7i5usLDxMXGx8jJytLT1NXW19jZ2uHi4+Tl5ufo6erx8vP09fb3+Pn6/8QAHwEAAwEBAQEB'
+        'AQEBAQAAAAAAAAECAwQFBgcICQoL/8QAtREAAgECBAQDBAcFBAQAAQJ3AAECAxEEBSExBhJBUQdhcRMiMoEIFEKRob'
+        'HBCSMzUvAVYnLRChYkNOEl8RcYGRomJygpKjU2Nzg5OkNERUZHSElKU1RVVldYWVpjZGVmZ2hpanN0dXZ3eHl6goOE'
+        'hYaHiImKkpOUlZaXmJmaoqOkpaanqKmqsrO0tba3uLm6wsPExcbHyMnK0tPU1dbX2Nna4uPk5ebn6Onq8vP09fb3+P'
+        'n6/9oADAMBAAIRAxEAPwDt/GPxK/4Ka6b+2f4U8I+Ef2d/CEl2+gSfbLz7bGNnyXuef7Q4x+mcDLGsDwT8Sv8Agprp'
+        'o+OPhHwh+zv4Qku5Ptf229+2xjZj7dnn+0OMfpnAyxrP8Y/C/wDs39s7wp4R8I/8FZPMu5NAk+2Xv/CQY2YS9zz/AG'
+        'lxj9M4GWNc/wCCPheNOHxx8I+Ef+Csm+7f7X9svP8AhIcbf+P7PP8AaXGP0zgZY159KhlVDAx/d4en7OlRofuMNipe'
+        'x5q7/wBgwGv7zFVP+YrFa8l3qeljMPkj4qr/ALvCu+YZi9cJjdf+EqPvS10ivsxNDxj8Sv8Agprpv7GHhTwj4R/Z38'
+        'ISXT+IJPtl79tjG357zPP9ocY/TOBljwVyHjH4XHTf2L/CnhHwj/wVk8y7k1+T7Zef8JBjZh73PP8AaXGP0zgZY0V9'
+        'rkeTZVjqVej/AGbLEexq1KfJgqeKp4bDWk37CMuZe2qxvetV1vUk1fQ/mHxSpZJHHZW+XBq+X4J3lg8a3L9xHXfRdl'
+        '2P/9k='
+    ),
+    'SUB_420_DECODED': _b64(
+        '5Mwh0tAustxUSKVML8OzO7rBxt7O3t2crd1WTq8QJr8zMLBTyN/N19TbtOTUWLx8JLwzOLYUwNROz8t0teXXT7i+J8'
+        'awFNGr8cI428VLuNB6ZLGDNrq+SLS+1Ni/2cJ/t9JfVqQsLrJcULqM09TY5c7Ywd3GUKFeLrM+Qasxyct369SqwN3j'
+        'W624NcChELeD/61k8bGF18zacJ3GSq3XYKi24LmO9rNsz8F4a5JmUq69ZKTS68Tx/7/Py7+VapRMRaFYV5pu6cTV/8'
+        'Hw1cn5eaOzQKByMq1dvjdGulB2iVqrIiyDAkF0BScxm0wrrkIchU9NMTBYBjmSGDKPpVWQpj1MhlQzISMAADAsGzdc'
+        'n1Spr0qmk2CZHRwqADQQADwA3jGvyTm1pU3HPB52DCRAIBsYsjs9wy9TqEqrQBmaIC2vMCSIrzhevi81nUJHNRAxHi'
+        'uHLiOdtkK9zUCemT9iOxQZFSAkBSgs0Ty+v0W0nFafIRIvCC8aGygMnDtGyEiBnFO/NiOWFTmHEho+pEQ0uD4niUJQ'
+        'PClgEzaaIyuWsFCaqjFSlVBBMR8JAyAuCUBe/r7Y8MfDwceHYJk6Pq5MRZxY6dbQ8cXgy9LvaKSiOKtoTqZC1sdg3r'
+        'Nu2N7aaKS+PrPHVK+m0b9/675jxs1wWpZWTLu0MrvO+9Cl2MWBuNNiWKMsMLJcUbyQ09bb58/cxeHLUqFgMbZBRLEy'
+        'ycxx7dWlxd7jXq26N8KlPa1ly85d4chSudSDZbaNN72+JMTa/7Bl9LZr0cZ3aI9gVLHAYqbT6cXz/8PTzsCTbZNISq'
+        'ZbVptu7sna/b7r2s37eKKwQKJzVp9Q5MB08bKG3tPjdaDNTKvXOrXewUEErUYbhlFJMDBSBDyRFzaRoVeMqkJNiFIu'
+        'JiMAADMtHztgnlKqs0yokF2VHiAsADMOECwDlktFuFJ3j16wKy+IBT5zADZX1S0twDFPqEumQhqVHCuqMSeHrDlYwz'
+        'Mzn0BGORAyIC2JMCWdtkK9yj2bmT9iOhMYFSAmJhY7u0Olyzu3p07GRSF5DSJBACwrxTBOxEh+mU61NB6NETWBEh09'
+        'pEQutjogkEZXPCdiEDGYIiqVrU2XrTRVkko7LhkECCU3Ky1qrEa0vj+wnledJxcxAy0ZADUJ/7/Z8sTe09fybqajO6'
+        '1vS6RG28lj6r530dXWaqLDSbjUWLGt1ceI5r5fyM9wYJtZSLWwWarH59Dt9snGxs+MX6A8OrBQJrZX+Mfn5s7cx9/J'
+        'TppZMLZFQ7E4w8Zt7NSmxNzmX6y+O8CrN6Rjy9Jg38tSsMx3ZLKIOr7CS7bA2tnF175+vNllWasvJ61YK8yJ/7bl+r'
+        '3NzMGUaZNHRKVYTJRm9NDe/bvp1sj5dpyvQqF1Vp1R4cBz6qx949Xmc5zKSazWXKax3ruR9LZt0sZ8Y41fXLXFPLDf'
+        'uFCFlEZWd1kjFi8AADsBEUQ7lFufpVCtgWGkECU2ADoFAzcAi1QbrVtQgl+jHDGMAEaCADA7iVQeoU8De1wmKTw2AE'
+        'GEAEOq'
+    ),
+    'SUB_422': _b64(
+        '/9j/4AAQSkZJRgABAQAAAQABAAD/2wBDAAIBAQEBAQIBAQECAgICAgQDAgICAgUEBAMEBgUGBgYFBgYGBwkIBgcJBw'
+        'YGCAsICQoKCgoKBggLDAsKDAkKCgr/2wBDAQICAgICAgUDAwUKBwYHCgoKCgoKCgoKCgoKCgoKCgoKCgoKCgoKCgoK'
+        'CgoKCgoKCgoKCgoKCgoKCgoKCgoKCgr/wAARCAAQABgDASEAAhEBAxEB/8QAHwAAAQUBAQEBAQEAAAAAAAAAAAECAw'
+        'QFBgcICQoL/8QAtRAAAgEDAwIEAwUFBAQAAAF9AQIDAAQRBRIhMUEGE1FhByJxFDKBkaEII0KxwRVS0fAkM2JyggkK'
+        'FhcYGRolJicoKSo0NTY3ODk6Q0RFRkdISUpTVFVWV1hZWmNkZWZnaGlqc3R1dnd4eXqDhIWGh4iJipKTlJWWl5iZmq'
+        'KjpKWmp6ipqrKztLW2t7i5usLDxMXGx8jJytLT1NXW19jZ2uHi4+Tl5ufo6erx8vP09fb3+Pn6/8QAHwEAAwEBAQEB'
+        'AQEBAQAAAAAAAAECAwQFBgcICQoL/8QAtREAAgECBAQDBAcFBAQAAQJ3AAECAxEEBSExBhJBUQdhcRMiMoEIFEKRob'
+        'HBCSMzUvAVYnLRChYkNOEl8RcYGRomJygpKjU2Nzg5OkNERUZHSElKU1RVVldYWVpjZGVmZ2hpanN0dXZ3eHl6goOE'
+        'hYaHiImKkpOUlZaXmJmaoqOkpaanqKmqsrO0tba3uLm6wsPExcbHyMnK0tPU1dbX2Nna4uPk5ebn6Onq8vP09fb3+P'
+        'n6/9oADAMBAAIRAxEAPwDt/GPxK/4Ka6b+2f4U8I+Ef2d/CEl2+gSfbLz7bGNnyXuef7Q4x+mcDLGsDwT8Sv8Agprp'
+        'o+OPhHwh+zv4Qku5Ptf229+2xjZj7dnn+0OMfpnAyxrwqWVeFmX4GP8AYmPqy+q0qOW5fo1zYmpXf1vF6UXy2u/fV6'
+        'b62Hjck8Fp8V1/aZnX97MMxnP3ZbLKo8sf93/Dc5/xj8Sv+Cmum/sYeFPCPhH9nfwhJdP4gk+2Xv22MbfnvM8/2hxj'
+        '9M4GWPBX2mR+HeVcS0q+C4Lz+rhcvy+rUw0X7StS9tUhJyrVrUsPJS5qkmua/K7e79o/mHxSyzwLo47K5YnMK8pzy/'
+        'BP4G7L2EbLXD9jQ8Y/C/8As39s7wp4R8I/8FZPMu5NAk+2Xv8AwkGNmEvc8/2lxj9M4GWNc/4I+F404fHHwj4R/wCC'
+        'sm+7f7X9svP+Ehxt/wCP7PP9pcY/TOBljXi0s3/s/Ax/sThnm+q0qOW5f+7tzYmpXf1vF6UHy2u/fV6b62P7Axue8/'
+        'Fdf2nB3xZhmM5/uuiyqPLH/dvw3MDxj8Ljpv7F/hTwj4R/4KyeZdya/J9svP8AhIMbMPe55/tLjH6ZwMsaK+1yPJ+P'
+        'uJaVfBcF5R9Vy/L6tTDRd6tL21SEnKtWtSw0lLmqSa5r8rt7v2j+YPFLiXC0cdlcsTwZzTnl+Cf8FOy9hGy1w/Y//9'
+        'k='
+    ),
+    'SUB_422_DECODED': _b64(
+        '68kf188mteE2SKoxKsesN7nPwNvw3Ni/sNlhUq8IK8EXNbM4yOHE1tLpsOD3VbeeIbw9ObcLxtcv18xYueXKULXJIs'
+        'HWDcre6cok0s0+qth1VbmDI8S8N7+1xuOpzsxnrttNS6wfILtWP8OKwN7S1tjNs+iyQ6xHIL8nMbYfu9Nz3tqrs+Pl'
+        'TrWyK8mOBsFq58wdzs1PsuLIS6/GJMDWPb6iv9VW19Elrt82SK03KMerOLvPwNvu2ta7qtpkTa8KI78TNLY4xNy82t'
+        'Xpr930VbmdHL43D80R1yJv2DmgrT7YTg6rLSWULw1KwTU+0Cw1ojl0ThiHIyK8ORq2yD6ryyVlrDxMRwoaHRdVPR2K'
+        'vjvX0DLNtUuwQAc+Ix0pEiMZ5STf0yvjsz3zTg+UIBlCMhQMwDgszipNsEDISA3BKSPPOxuWujVSzCweq0AwQwotJy'
+        'KjNxbJvzbk2Ta3pjlgSg8HIx0REyUX6Sng2DPPuEWtPgE6JB4oNhYjtidl4Dajs0HeTxKuLymVKwtKvjNI0yxAojBs'
+        'VRZ/KiS4Oxqxyz+qxiBesEBMSw4dGA9SHS2M4sri1ta+qtpkS60IJ8MaK684zOXP0tLsrOD2TLSbI71DOrkQw9owx8'
+        'VMuu/VS7HKI73ZPLuoudJd09Usq+Y2QastMMqwFsXg99aP0sxsrN5HSLAVH71MRMWFyd3U4NXTvui2SqlLJMAxOLkr'
+        'u9Nx4dunuuTgVbSuL8qRNLVQw9ZG2M9Crtx5Wr2GLMS3GczT6swg1tMms+E2RqouK8quNr3Rv9vw3Nu/rdthT68FK8'
+        'MYNbY4x+HE09TosOP4UrmcIbw8O7oLydsx1cpUvOnMT7TGIsHUDsve6SYk1CtArDV1VBSCJiK9Oh23xj+ozylnrzhO'
+        'TAgfIhhXQiGMwDnR1jPMtUWzRAhGHxwnMxQjuzBz3TWstEHmUBS0KSaNBR9q5CkYzCtMsEHESQ7CIyDTPB2fvDNR1C'
+        '4grT0yRAoyJySnNhnLvDfo1jK1qDhgSg4GIx0RMRI0wzq80y7isT/3URWZGx02CykN2SBu2DefrzzXTQupLSOTLwtJ'
+        'wDI+zyk1ozdzTxeGJCC7Ohi1yDypyyJjrTpLRgkZGxVVOh6MujjWzTLOsEqwPglBHxspDSIZ6cvl1tDqt+T5U7WcJc'
+        'BKNrkTxN4z0tBVtObNS7HHLcfTP8GbwNta0dQlseY2Sa8yLMWnO7jMyd/t3di6sOJpT7IKK8MYGMgb683l29bTuumz'
+        'Q6VAJsAsObkouMxr4dmotOXhUbayLsuYLK5Ow9lQ19FHpNRxVrqEK8e6PMC1zOWuy8llseNOTbMhGrRWHtGP5Mve1d'
+        'S2q9xfTK8EJ8ETLK4yzefK0dLmq+DwTbaXIr09ObkKxdsuysZJue7QS7HHJr7VO7mhvtZc1NQmreczQKkoNsyvGMTc'
+        '8jGKzCZmqDpDRQwSFxhIPiCCxDnS2S/Ot0OwRQdIHxouMhIntS9s2DWgsTzaUBCsKieQLBBLvTJF0ipBpzZ2UxiEJy'
+        'G1ESbP'
+    ),
+    'PROGRESSIVE': _b64(
+        '/9j/4AAQSkZJRgABAQAAAQABAAD/2wBDAAIBAQEBAQIBAQECAgICAgQDAgICAgUEBAMEBgUGBgYFBgYGBwkIBgcJBw'
+        'YGCAsICQoKCgoKBggLDAsKDAkKCgr/2wBDAQICAgICAgUDAwUKBwYHCgoKCgoKCgoKCgoKCgoKCgoKCgoKCgoKCgoK'
+        'CgoKCgoKCgoKCgoKCgoKCgoKCgoKCgr/wgARCAAQABgDAREAAhEBAxEB/8QAFgABAQEAAAAAAAAAAAAAAAAABgUH/8'
+        'QAGAEBAQADAAAAAAAAAAAAAAAAAwYFBwj/2gAMAwEAAhADEAAAAcn2DiFRXqob6OXLKor1UN9//8QAFhAAAwAAAAAA'
+        'AAAAAAAAAAAAAAQF/9oACAEBAAEFAlJwnOE5wpOE5wnOP//EABcRAAMBAAAAAAAAAAAAAAAAAAAEBTH/2gAIAQMBAT'
+        '8BnOE5wnOE5zCc5hOcP//EABcRAAMBAAAAAAAAAAAAAAAAAAABAwL/2gAIAQIBAT8BdB0HQdB0NUP/xAAVEAEBAAAA'
+        'AAAAAAAAAAAAAAAAMf/aAAgBAQAGPwKIiIj/xAAVEAEBAAAAAAAAAAAAAAAAAAAAMf/aAAgBAQABPyGTBgyYMH//2g'
+        'AMAwEAAgADAAAAEEQyv//EABcRAAMBAAAAAAAAAAAAAAAAAAAhMVH/2gAIAQMBAT8QkybJs2Gwkz//xAAUEQEAAAAA'
+        'AAAAAAAAAAAAAAAg/9oACAECAQE/EF/7/8QAFRABAQAAAAAAAAAAAAAAAAAAAPH/2gAIAQEAAT8QnoaGnoaG/9k='
+    ),
+    'RESTART': _b64(
+        '/9j/4AAQSkZJRgABAQAAAQABAAD/2wBDAAIBAQEBAQIBAQECAgICAgQDAgICAgUEBAMEBgUGBgYFBgYGBwkIBgcJBw'
+        'YGCAsICQoKCgoKBggLDAsKDAkKCgr/2wBDAQICAgICAgUDAwUKBwYHCgoKCgoKCgoKCgoKCgoKCgoKCgoKCgoKCgoK'
+        'CgoKCgoKCgoKCgoKCgoKCgoKCgoKCgr/wAARCAAQABgDAREAAhEBAxEB/8QAHwAAAQUBAQEBAQEAAAAAAAAAAAECAw'
+        'QFBgcICQoL/8QAtRAAAgEDAwIEAwUFBAQAAAF9AQIDAAQRBRIhMUEGE1FhByJxFDKBkaEII0KxwRVS0fAkM2JyggkK'
+        'FhcYGRolJicoKSo0NTY3ODk6Q0RFRkdISUpTVFVWV1hZWmNkZWZnaGlqc3R1dnd4eXqDhIWGh4iJipKTlJWWl5iZmq'
+        'KjpKWmp6ipqrKztLW2t7i5usLDxMXGx8jJytLT1NXW19jZ2uHi4+Tl5ufo6erx8vP09fb3+Pn6/8QAHwEAAwEBAQEB'
+        'AQEBAQAAAAAAAAECAwQFBgcICQoL/8QAtREAAgECBAQDBAcFBAQAAQJ3AAECAxEEBSExBhJBUQdhcRMiMoEIFEKRob'
+        'HBCSMzUvAVYnLRChYkNOEl8RcYGRomJygpKjU2Nzg5OkNERUZHSElKU1RVVldYWVpjZGVmZ2hpanN0dXZ3eHl6goOE'
+        'hYaHiImKkpOUlZaXmJmaoqOkpaanqKmqsrO0tba3uLm6wsPExcbHyMnK0tPU1dbX2Nna4uPk5ebn6Onq8vP09fb3+P'
+        'n6/90ABAAB/9oADAMBAAIRAxEAPwD5P8IfDr7n7j9K/oOeJPkeHM421P/Q8j8H/Dv7n7j9K/eJ4k/TeHM521P/0a/g'
+        '/wCHf3P3H6V+2TxJ/ZHDmc7an//S4fwh8OvufuP0r9jniT+fOHM4+HU//9Pc8H/Dv7n7j9K/WJ4k5uHM4+HU/9T3Dw'
+        'f8O/ufuP0r9NqYk/cuHM421P/Z'
+    ),
+    'GRAY': _b64(
+        '/9j/4AAQSkZJRgABAQAAAQABAAD/2wBDAAIBAQEBAQIBAQECAgICAgQDAgICAgUEBAMEBgUGBgYFBgYGBwkIBgcJBw'
+        'YGCAsICQoKCgoKBggLDAsKDAkKCgr/wAALCAAFAAcBAREA/8QAHwAAAQUBAQEBAQEAAAAAAAAAAAECAwQFBgcICQoL'
+        '/8QAtRAAAgEDAwIEAwUFBAQAAAF9AQIDAAQRBRIhMUEGE1FhByJxFDKBkaEII0KxwRVS0fAkM2JyggkKFhcYGRolJi'
+        'coKSo0NTY3ODk6Q0RFRkdISUpTVFVWV1hZWmNkZWZnaGlqc3R1dnd4eXqDhIWGh4iJipKTlJWWl5iZmqKjpKWmp6ip'
+        'qrKztLW2t7i5usLDxMXGx8jJytLT1NXW19jZ2uHi4+Tl5ufo6erx8vP09fb3+Pn6/9oACAEBAAA/APjH/hXuif3f/H'
+        'a//9k='
+    ),
+    'CMYK': _b64(
+        '/9j/7gAOQWRvYmUAZAAAAAAA/9sAQwACAQEBAQECAQEBAgICAgIEAwICAgIFBAQDBAYFBgYGBQYGBgcJCAYHCQcGBg'
+        'gLCAkKCgoKCgYICwwLCgwJCgoK/8AAFAgABQAHBEMRAE0RAFkRAEsRAP/EAB8AAAEFAQEBAQEBAAAAAAAAAAABAgME'
+        'BQYHCAkKC//EALUQAAIBAwMCBAMFBQQEAAABfQECAwAEEQUSITFBBhNRYQcicRQygZGhCCNCscEVUtHwJDNicoIJCh'
+        'YXGBkaJSYnKCkqNDU2Nzg5OkNERUZHSElKU1RVVldYWVpjZGVmZ2hpanN0dXZ3eHl6g4SFhoeIiYqSk5SVlpeYmZqi'
+        'o6Slpqeoqaqys7S1tre4ubrCw8TFxsfIycrS09TV1tfY2drh4uPk5ebn6Onq8fLz9PX29/j5+v/aAA4EQwBNAFkASw'
+        'AAPwD4L/Z4/wCPRP8Arn/SvjH/AIV7on93/wAdrsfDuk22wcdvSv38r//Z'
+    ),
+}
+
+
+def jpeg_segments(data: bytes) -> list[tuple[int, bytes]]:
+    """The marker segments of a JPEG up to and including the first SOS: (marker, segment bytes
+    with the marker), then (0, the rest). For building invalid cases by editing segments."""
+    out, position = [(0xD8, data[:2])], 2
+    while True:
+        marker = data[position + 1]
+        length = struct.unpack(">H", data[position + 2:position + 4])[0]
+        out.append((marker, data[position:position + 2 + length]))
+        position += 2 + length
+        if marker == 0xDA:
+            out.append((0, data[position:]))
+            return out

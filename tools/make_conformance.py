@@ -84,6 +84,7 @@ class Dataset:
     header_raw: bytes | None = None  # replaces the encoded header (header cases)
     extra: dict[str, bytes | None] = field(default_factory=dict)  # written after sealing
     as_file: bytes | None = None  # the "dataset" is this regular file (not a directory)
+    links: dict[str, str] = field(default_factory=dict)  # symbolic links the runner makes
 
     def seal(self) -> Dataset:
         """Recompute header.files (size, xxh3-64) from the member bytes."""
@@ -128,12 +129,16 @@ def encode(sample: Sample) -> bytes:
 def build(samples: list[Sample], classes: Sequence[tuple[str, int | None]], *,
           max_boxes: int | None = None, fixed_shape: tuple[int, int, int] | None = None,
           box_fields: Sequence[tuple[str, str]] = (), image_fields: Sequence[str] = (),
-          max_side: int | None = None, version: str = "1.0",
-          extensions: dict | None = None, metadata: dict | None = None) -> Dataset:
-    """Lay out a valid dataset exactly as SPEC.md prescribes."""
+          max_side: int | None = None, version: str | None = None,
+          extensions: dict | None = None, metadata: dict | None = None,
+          ragged: bool = False) -> Dataset:
+    """Lay out a valid dataset exactly as SPEC.md prescribes (with ``ragged``, the labels of
+    format 1.2, SPEC §10.2: flat (T, ...) arrays behind the required feature ragged_labels)."""
     n = len(samples)
     m = max(
         (len(s.boxes) for s in samples), default=0) if max_boxes is None else max_boxes
+    if version is None:
+        version = "1.2" if ragged else "1.0"
     index = np.zeros(n, INDEX_DTYPE)
     blob = bytearray()
     for i, sample in enumerate(samples):
@@ -142,30 +147,40 @@ def build(samples: list[Sample], classes: Sequence[tuple[str, int | None]], *,
         index[i] = (len(blob), len(data), height * width * 3, xxhash.xxh3_64_intdigest(data),
                     height, width, 3, CODECS[sample.codec], 0, 0)
         blob += data + bytes(align(len(data)) - len(data))
-    boxes = np.zeros((n, m, 4), "<f4")
-    labels = np.full((n, m), -1, "<i4")
-    counts = np.zeros(n, "<i4")
-    for i, sample in enumerate(samples):
-        k = len(sample.boxes)
-        counts[i] = k
-        if k:
-            boxes[i, :k] = np.asarray(sample.boxes, np.float32)
-            labels[i, :k] = sample.classes
+    counts = np.array([len(sample.boxes) for sample in samples], "<i4").reshape(n)
+    total = int(counts.sum())
+    if ragged:  # rows of all samples back to back, sample i at rows [sum(counts[:i]), +K_i)
+        boxes = np.array([box for s in samples for box in s.boxes], "<f4").reshape(total, 4)
+        labels = np.array([c for s in samples for c in s.classes], "<i4").reshape(total)
+        slots: tuple[int, ...] = (total,)
+    else:
+        boxes = np.zeros((n, m, 4), "<f4")
+        labels = np.full((n, m), -1, "<i4")
+        for i, sample in enumerate(samples):
+            k = len(sample.boxes)
+            if k:
+                boxes[i, :k] = np.asarray(sample.boxes, np.float32)
+                labels[i, :k] = sample.classes
+        slots = (n, m)
     files = {"images.bin": bytes(blob), "index.npy": payloads.npy(index),
              "boxes.npy": payloads.npy(boxes), "classes.npy": payloads.npy(labels),
              "counts.npy": payloads.npy(counts)}
     arrays = {"index.npy": {"dtype": INDEX_DESCR, "shape": [n]},
-              "boxes.npy": {"dtype": "<f4", "shape": [n, m, 4]},
-              "classes.npy": {"dtype": "<i4", "shape": [n, m]},
+              "boxes.npy": {"dtype": "<f4", "shape": [*slots, 4]},
+              "classes.npy": {"dtype": "<i4", "shape": list(slots)},
               "counts.npy": {"dtype": "<i4", "shape": [n]}}
     for name, dtype in box_fields:
-        values = np.zeros((n, m), dtype)
-        for i, sample in enumerate(samples):
-            k = len(sample.boxes)
-            if k:
-                values[i, :k] = sample.box_fields[name]
+        if ragged:
+            values = np.array([v for s in samples if s.boxes for v in s.box_fields[name]],
+                              dtype).reshape(total)
+        else:
+            values = np.zeros((n, m), dtype)
+            for i, sample in enumerate(samples):
+                k = len(sample.boxes)
+                if k:
+                    values[i, :k] = sample.box_fields[name]
         files[f"box_{name}.npy"] = payloads.npy(values)
-        arrays[f"box_{name}.npy"] = {"dtype": dtype, "shape": [n, m]}
+        arrays[f"box_{name}.npy"] = {"dtype": dtype, "shape": list(slots)}
     for name in image_fields:
         if name == "file_name":
             encoded = [(s.file_name or "").encode() for s in samples]
@@ -189,13 +204,14 @@ def build(samples: list[Sample], classes: Sequence[tuple[str, int | None]], *,
         "version": version,
         "num_samples": n,
         "max_boxes": m,
+        **({"num_boxes": total} if ragged else {}),
         "classes": [{"name": name, "source_id": source} for name, source in classes],
         "image": {"channels": 3, "color": "RGB",
                   "fixed_shape": list(fixed_shape) if fixed_shape else None,
                   "max_side": max_side, "codecs": dict(sorted(codec_counts.items()))},
         "files": {},
         "arrays": dict(sorted(arrays.items())),
-        "required_features": [],
+        "required_features": ["ragged_labels"] if ragged else [],
         "extensions": extensions or {},
         "box_fields": [{"name": name, "dtype": dtype} for name, dtype in box_fields],
         "image_fields": list(image_fields),
@@ -809,8 +825,8 @@ INVALID: list[tuple[str, str, str, Callable[[], Dataset]]] = [
      lambda: _truncate_blob(base_mixed())),
     ("offsets_overlap", "OFFSETS_NON_MONOTONIC", "payloads 1 and 2 share their bytes",
      lambda: _offsets_overlap(base_mixed())),
-    ("offsets_swapped", "OFFSETS_NON_MONOTONIC", "payloads 1 and 2 stored in reverse order",
-     lambda: _offsets_swapped()),
+    ("offsets_swapped", "OFFSETS_BOUNDS", "payloads 1 and 2 stored in reverse order (the first "
+     "broken link, record 1's, is a gap)", lambda: _offsets_swapped()),
     ("offset_misaligned", "OFFSET_ALIGNMENT", "payload 1 starts 8 bytes after a 64 boundary",
      lambda: _offset_misaligned(base_mixed())),
     ("blob_trailing", "BLOB_SIZE", "64 zero bytes after the last padded payload",
@@ -1006,10 +1022,36 @@ def pack_members(members: list[tuple[str, bytes]], *, shift: dict[str, int] | No
     return bytes(out)
 
 
+def pack_canonical(members: list[tuple[str, bytes]], *, toc_tail: bytes = b"") -> bytes:
+    """A shard file in the layout writers use since format 1.2 (SPEC §19.4, S-26): images.bin
+    first at the page boundary 4096·k right after the table of contents, which ASCII spaces pad
+    to its declared length T = 4096·k - 16; then the other members sorted by name, each at
+    align64 of the previous end. ``toc_tail`` replaces the first padding bytes (invalid cases)."""
+    ordered = sorted(members, key=lambda m: (m[0] != "images.bin", m[0].encode()))
+    k = 1
+    while True:
+        position = 4096 * k
+        placed = []
+        for name, data in ordered:
+            placed.append({"name": name, "offset": position, "size": len(data)})
+            position = align(position + len(data))
+        toc = json.dumps({"members": placed}, separators=(",", ":")).encode()
+        if PACK_PREFIX + len(toc) + len(toc_tail) <= 4096 * k:
+            break
+        k += 1
+    length = 4096 * k - PACK_PREFIX
+    toc = toc + toc_tail
+    out = bytearray(PACK_MAGIC + (1).to_bytes(4, "little") + length.to_bytes(4, "little"))
+    out += toc + b" " * (length - len(toc))
+    for entry, (_, data) in zip(placed, ordered, strict=True):
+        out += bytes(entry["offset"] - len(out)) + data
+    return bytes(out)
+
+
 def pack_toc(data: bytes) -> list[dict]:
     """The members of a (valid) shard file's table of contents."""
     length = int.from_bytes(data[12:16], "little")
-    return json.loads(data[PACK_PREFIX:PACK_PREFIX + length])["members"]
+    return json.loads(data[PACK_PREFIX:PACK_PREFIX + length].rstrip(b" "))["members"]
 
 
 @dataclass
@@ -1021,6 +1063,7 @@ class Root:
     samples: list[Sample]  # in global order (the expected dump)
     datasets: list[Dataset]  # the 1.0 dataset packed in each shard
     manifest_raw: bytes | None = None  # replaces the encoded manifest (invalid cases)
+    links: dict[str, str] = field(default_factory=dict)  # symbolic links the runner makes
 
     def manifest_bytes(self) -> bytes:
         if self.manifest_raw is not None:
@@ -1064,11 +1107,18 @@ def build_root(parts: Sequence[tuple[str, list[Sample]]],
                box_fields: Sequence[tuple[str, str]] = (), image_fields: Sequence[str] = (),
                fixed_shape: tuple[int, int, int] | None = None, max_side: int | None = None,
                codec: str | None = None,
-               shard_classes: dict[int, Sequence[tuple[str, int | None]]] | None = None) -> Root:
+               shard_classes: dict[int, Sequence[tuple[str, int | None]]] | None = None,
+               canonical: bool = False, ragged: Sequence[int] = (),
+               version: str | None = None) -> Root:
     """Lay out a valid sharded root exactly as SPEC §19 prescribes: one packed 1.0 dataset per
-    (key, samples) part, each padded to its own max_boxes (S-12), and the manifest naming them."""
+    (key, samples) part, each padded to its own max_boxes (S-12), and the manifest naming them.
+
+    ``canonical`` packs the shards in the writers' layout of format 1.2 (S-26; default: the 1.1
+    layout, header.json first, which readers still accept); ``ragged`` lists the shards whose
+    labels use the ragged layout (the manifest then requires ragged_labels, version 1.2)."""
     datasets = [build(samples, (shard_classes or {}).get(k, classes), box_fields=box_fields,
-                      image_fields=image_fields, fixed_shape=fixed_shape, max_side=max_side)
+                      image_fields=image_fields, fixed_shape=fixed_shape, max_side=max_side,
+                      ragged=k in ragged)
                 for k, (_, samples) in enumerate(parts)]
     used = {sample.codec for _, samples in parts for sample in samples}
     if codec is None:
@@ -1078,7 +1128,8 @@ def build_root(parts: Sequence[tuple[str, list[Sample]]],
     first = 0
     for (key, samples), dataset in zip(parts, datasets, strict=True):
         path = f"shards/part-{key}.detfmt"
-        data = files[path] = pack_members(dataset_members(dataset))
+        members = dataset_members(dataset)
+        data = files[path] = pack_canonical(members) if canonical else pack_members(members)
         shards.append({"path": path, "key": key, "num_samples": len(samples),
                        "first_index": first, "bytes": len(data),
                        "xxh3_64": xxhash.xxh3_64_hexdigest(data),
@@ -1088,8 +1139,8 @@ def build_root(parts: Sequence[tuple[str, list[Sample]]],
         json.dumps(shard, sort_keys=True).encode() for shard in shards))
     manifest = {
         "format": "detfmt",
-        "version": "1.1",
-        "required_features": ["sharded"],
+        "version": version or ("1.2" if ragged else "1.1"),
+        "required_features": ["sharded", *(["ragged_labels"] if ragged else [])],
         "extensions": {},
         "write_id": write_id,
         "num_samples": first,
@@ -1381,7 +1432,7 @@ COVERS: dict[str, list[str]] = {
     "npy_pickle": ["R-17"],
 }
 
-SUITE_DIRS = ("v1", "v1_1")
+SUITE_DIRS = ("v1", "v1_1", "v1_2")
 
 #: Cases that cannot be committed at full size: the runner grows a file before running them.
 GROW = {"header_too_large": {"file": "header.json", "byte": " ", "size": (1 << 20) + 1}}
@@ -1391,36 +1442,50 @@ def _dump(value: object) -> bytes:
     return (json.dumps(value, ensure_ascii=False, indent=1) + "\n").encode()
 
 
+def all_suites() -> list[tuple[str, str, dict, list]]:
+    """(directory, format version, valid cases, invalid cases) of every suite: the released
+    cases of 1.0 and 1.1 here, and those of 1.2 (conformance_pins.py)."""
+    import conformance_pins as pins
+
+    return [
+        ("v1", "1.0", {**VALID, **pins.VALID}, [*INVALID, *pins.INVALID]),
+        ("v1_1", "1.1", {**VALID_1_1, **pins.VALID_1_1}, [*INVALID_1_1, *pins.INVALID_1_1]),
+        ("v1_2", "1.2", pins.VALID_1_2, pins.INVALID_1_2),
+    ]
+
+
 def generate(root: Path) -> None:
     """Write <root>/v1/ (format 1.0) and <root>/v1_1/ (1.1, sharded roots): valid and invalid
     cases, the sidecars of the valid ones and the catalog <root>/cases.json."""
-    ids = [*VALID, *(case[0] for case in INVALID), *VALID_1_1, *(case[0] for case in INVALID_1_1)]
+    suites = all_suites()
+    ids = [case for _, _, valid, invalid in suites for case in [*valid, *(c[0] for c in invalid)]]
     if len(set(ids)) != len(ids):
         raise ValueError("case ids must be unique")
-    catalog: dict = {"suite": "detfmt conformance", "format_version": "1.1", "valid": [],
+    catalog: dict = {"suite": "detfmt conformance", "format_version": "1.2", "valid": [],
                      "invalid": []}
-    suites: list[tuple[str, str, dict, list, Callable]] = [
-        ("v1", "1.0", VALID, INVALID, expected),
-        ("v1_1", "1.1", VALID_1_1, INVALID_1_1, expected_root),
-    ]
-    for base, version, valid, _, expect in suites:
+    for base, version, valid, _ in suites:
         for case_id, (builder, description) in valid.items():
             dataset = builder()
             directory = root / base / "valid" / case_id
             dataset.write(directory)
+            expect = expected_root if isinstance(dataset, Root) else expected
             (directory.parent / f"{case_id}.expected.json").write_bytes(_dump(expect(dataset)))
-            catalog["valid"].append({"id": case_id, "format_version": version,
-                                     "path": f"{base}/valid/{case_id}",
-                                     "expected": f"{base}/valid/{case_id}.expected.json",
-                                     "description": description,
-                                     "covers": COVERS.get(case_id, [])})
-    for base, version, _, invalid, _ in suites:
+            entry = {"id": case_id, "format_version": version, "path": f"{base}/valid/{case_id}",
+                     "expected": f"{base}/valid/{case_id}.expected.json",
+                     "description": description, "covers": COVERS.get(case_id, [])}
+            if dataset.links:
+                entry["links"] = [[path, target] for path, target in sorted(dataset.links.items())]
+            catalog["valid"].append(entry)
+    for base, version, _, invalid in suites:
         for case_id, rule, description, builder in invalid:
-            builder().write(root / base / "invalid" / case_id)
+            dataset = builder()
+            dataset.write(root / base / "invalid" / case_id)
             entry = {"id": case_id, "format_version": version, "path": f"{base}/invalid/{case_id}",
                      "rule": rule, "description": description, "covers": COVERS.get(case_id, [])}
             if case_id in GROW:
                 entry["grow"] = GROW[case_id]
+            if dataset.links:
+                entry["links"] = [[path, target] for path, target in sorted(dataset.links.items())]
             catalog["invalid"].append(entry)
     (root / "cases.json").write_bytes(_dump(catalog))
 
@@ -1461,10 +1526,13 @@ def main(argv: list[str] | None = None) -> int:
         if (args.root / base).exists():
             shutil.rmtree(args.root / base)
     generate(args.root)
-    print(f"wrote {len(VALID) + len(VALID_1_1)} valid and {len(INVALID) + len(INVALID_1_1)} "
+    suites = all_suites()
+    print(f"wrote {sum(len(s[2]) for s in suites)} valid and {sum(len(s[3]) for s in suites)} "
           f"invalid cases under {args.root}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    import make_conformance  # one copy of the module (conformance_pins imports it by name)
+
+    sys.exit(make_conformance.main())

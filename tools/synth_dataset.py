@@ -81,7 +81,8 @@ def main() -> None:
     import detfmt
 
     with detfmt.open(args.out) as ds:
-        print(f"{args.out}: {len(ds)} samples, {sum(os.path.getsize(args.out / f) for f in os.listdir(args.out)) >> 20} MiB")
+        mib = sum(os.path.getsize(args.out / f) for f in os.listdir(args.out)) >> 20
+        print(f"{args.out}: {len(ds)} samples, {mib} MiB")
     if args.verify:
         detfmt.verify(args.out)
         print("verified")

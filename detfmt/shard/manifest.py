@@ -9,12 +9,16 @@ from __future__ import annotations
 import errno
 import os
 import re
+import stat
 import tempfile
 from typing import Annotated, Any, Literal
 
 import msgspec
 
+from detfmt._json import parse_json
 from detfmt.errors import (
+    DatasetNotFoundError,
+    LayoutError,
     ManifestError,
     NotDetfmtError,
     RootLayoutError,
@@ -38,6 +42,8 @@ __all__ = [
     "encode_manifest",
     "publish_manifest",
     "read_manifest",
+    "read_manifest_bytes",
+    "shard_lstat",
 ]
 
 MANIFEST_NAME = "manifest.json"
@@ -48,7 +54,10 @@ _HEX16 = re.compile(r"[0-9a-f]{16}\Z")
 _HEX32 = re.compile(r"[0-9a-f]{32}\Z")
 MAX_SAMPLES = 2**63 - 1  # global indices are int64
 
-NonNeg = Annotated[int, msgspec.Meta(ge=0)]
+NonNeg = Annotated[int, msgspec.Meta(ge=0, le=(1 << 63) - 1)]
+_PATH_COMPONENT = re.compile(r"[A-Za-z0-9_.-]{1,255}\Z")
+_VERSION = re.compile(r"[0-9]{1,4}\.[0-9]{1,4}\Z")
+KNOWN_MINORS = frozenset({1, 2})  # manifests exist since 1.1; 1.2 adds ragged shards
 
 
 class _Strict(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -81,9 +90,9 @@ class ShardInfo(_Strict):
     key: str
     num_samples: NonNeg
     first_index: NonNeg
-    bytes: Annotated[int, msgspec.Meta(gt=0)]
+    bytes: Annotated[int, msgspec.Meta(gt=0, le=(1 << 63) - 1)]
     xxh3_64: str
-    max_boxes: NonNeg
+    max_boxes: Annotated[int, msgspec.Meta(ge=0, le=65536)]
 
 
 class Manifest(_Strict):
@@ -112,30 +121,60 @@ def check_root_layout(root: str | os.PathLike[str]) -> None:
 
 
 def _check_path(path: str, where: str) -> None:
+    """S-6: relative, '/'-separated components of [A-Za-z0-9_.-], none '.' or '..'."""
     parts = path.split("/")
-    if (
-        not path
-        or "\\" in path
-        or path.startswith("/")
-        or any(p in ("", ".", "..") for p in parts)
-        or "\x00" in path
-    ):
+    if len(path) > 4096 or not all(_PATH_COMPONENT.match(p) and p not in (".", "..")
+                                   for p in parts):
         raise UnsafePathError(f"unsafe shard path {path!r}", path=where)
 
 
-def check_manifest(m: Manifest, where: str = MANIFEST_NAME) -> Manifest:
-    """Apply the rules a schema alone cannot express (S-4, S-5, S-6)."""
-    if m.format != "detfmt":
-        raise NotDetfmtError(f"format is {m.format!r}, not 'detfmt'", path=where)
-    major, _, minor = m.version.partition(".")
-    if major != "1" or minor not in ("1",):
+def shard_lstat(root: str, path: str) -> os.stat_result:
+    """The ``lstat`` of a shard file, walking its path from the root without following a
+    symbolic link in any component (SPEC §19.4 step 9): a missing component or one that is not
+    a directory is FILE_MISSING; a link anywhere, or a final component that is not a regular
+    file, is PATH_UNSAFE."""
+    current = root
+    parts = path.split("/")
+    for k, part in enumerate(parts):
+        current = os.path.join(current, part)
+        try:
+            info = os.lstat(current)
+        except (FileNotFoundError, NotADirectoryError) as error:
+            raise LayoutError("shard file listed by the manifest is missing", rule="FILE_MISSING",
+                              path=current) from error
+        except OSError as error:
+            raise UnsafePathError(f"cannot stat shard ({error.strerror})", path=current) from error
+        if stat.S_ISLNK(info.st_mode):
+            raise UnsafePathError("a shard path must not pass through a symbolic link",
+                                  path=current)
+        if k < len(parts) - 1 and not stat.S_ISDIR(info.st_mode):
+            raise LayoutError("shard file listed by the manifest is missing (a path component "
+                              "is not a directory)", rule="FILE_MISSING", path=current)
+    if not stat.S_ISREG(info.st_mode):
+        raise UnsafePathError("a shard must be a regular file", path=current)
+    return info
+
+
+def _check_identity(raw: dict[str, Any], where: str) -> None:
+    """SPEC §19.4 steps 3 to 5: format, version, required features, before the schema (so a
+    manifest of a later minor gets a version error, not a schema one)."""
+    if raw.get("format") != "detfmt":
+        raise NotDetfmtError(f"format is {raw.get('format')!r}, not 'detfmt'", path=where)
+    version = raw.get("version")
+    if not isinstance(version, str) or not _VERSION.match(version):
+        raise ManifestError(f"version {version!r} is not MAJOR.MINOR", path=where)
+    major, minor = (int(part) for part in version.split("."))
+    if major != 1 or minor not in KNOWN_MINORS:
         raise UnsupportedVersionError(
-            f"manifest version {m.version!r} is not supported",
-            found=m.version,
+            f"manifest version {version!r} is not supported",
+            found=version,
             supported=FORMAT_VERSION,
             path=where,
         )
-    unknown = sorted(set(m.required_features) - SUPPORTED_FEATURES)
+    features = raw.get("required_features")
+    if not isinstance(features, list) or not all(isinstance(f, str) for f in features):
+        raise ManifestError("required_features must be a list of strings", path=where)
+    unknown = sorted(set(features) - SUPPORTED_FEATURES)
     if unknown:
         raise UnsupportedVersionError(
             f"required features {unknown} are not supported",
@@ -144,22 +183,39 @@ def check_manifest(m: Manifest, where: str = MANIFEST_NAME) -> Manifest:
             rule="FEATURE_UNSUPPORTED",
             path=where,
         )
+
+
+def check_manifest(m: Manifest, where: str = MANIFEST_NAME) -> Manifest:
+    """The rules a schema alone cannot express, in the order of SPEC §19.4 steps 3 to 8."""
+    _check_identity({"format": m.format, "version": m.version,
+                     "required_features": list(m.required_features)}, where)
     if "sharded" not in m.required_features:
         raise ManifestError("required_features must contain 'sharded'", path=where)
+    if len(set(m.required_features)) != len(m.required_features):
+        raise ManifestError("required_features must be unique", path=where)
     if not _HEX32.match(m.write_id):
         raise ManifestError(f"write_id {m.write_id!r} is not 32 lowercase hex digits", path=where)
-    seen: set[str] = set()
-    expected_first = 0
     for k, s in enumerate(m.shards):
-        _check_path(s.path, where)
-        if s.path in seen:
-            raise UnsafePathError(f"shard path {s.path!r} is listed twice", path=where)
-        seen.add(s.path)
         if not _HEX16.match(s.xxh3_64):
             raise ManifestError(f"shards[{k}].xxh3_64 is not 16 lowercase hex digits", path=where)
+    seen: set[str] = set()
+    for s in m.shards:  # step 7 (S-6)
+        _check_path(s.path, where)
+        if s.path.lower() in seen:
+            raise UnsafePathError(f"shard path {s.path!r} is listed twice (ignoring ASCII "
+                                  "case)", path=where)
+        seen.add(s.path.lower())
+    expected_first = 0
+    for k, s in enumerate(m.shards):  # step 8 (S-5)
         if s.first_index != expected_first:
             raise ManifestError(
                 f"shards[{k}].first_index is {s.first_index}, expected {expected_first}",
+                rule="SHARD_INDEXING",
+                path=where,
+            )
+        if s.num_samples * 48 > s.bytes:  # an index record per sample: no file is smaller
+            raise ManifestError(
+                f"shards[{k}] claims {s.num_samples} samples in {s.bytes} bytes",
                 rule="SHARD_INDEXING",
                 path=where,
             )
@@ -180,24 +236,14 @@ def check_manifest(m: Manifest, where: str = MANIFEST_NAME) -> Manifest:
 
 
 def decode_manifest(data: bytes, where: str = MANIFEST_NAME) -> Manifest:
-    """Decode and fully check manifest bytes; raises typed errors only (S-3..S-6)."""
-    if len(data) > MAX_MANIFEST_BYTES:
-        raise ManifestError(
-            f"manifest is {len(data)} bytes, limit {MAX_MANIFEST_BYTES}", path=where
-        )
+    """Decode and fully check manifest bytes; raises typed errors only (SPEC §19.4 steps 2-8)."""
+    raw = parse_json(data, path=where, limit=MAX_MANIFEST_BYTES, rule="MANIFEST_SCHEMA",
+                     error=ManifestError)
+    _check_identity(raw, where)
     try:
-        m = msgspec.json.decode(data, type=Manifest)
+        m = msgspec.convert(raw, Manifest)
     except msgspec.ValidationError as e:
-        # identity first: a foreign JSON object should say "not detfmt", not "schema"
-        try:
-            raw = msgspec.json.decode(data)
-        except msgspec.DecodeError:
-            raw = None
-        if isinstance(raw, dict) and raw.get("format") != "detfmt":
-            raise NotDetfmtError("manifest format is not 'detfmt'", path=where) from e
         raise ManifestError(f"invalid manifest: {e}", path=where) from e
-    except msgspec.DecodeError as e:
-        raise ManifestError(f"manifest is not valid JSON: {e}", path=where) from e
     return check_manifest(m, where)
 
 
@@ -206,12 +252,27 @@ def encode_manifest(m: Manifest) -> bytes:
     return msgspec.json.format(msgspec.json.encode(m, order="sorted"), indent=1) + b"\n"
 
 
+def read_manifest_bytes(root: str | os.PathLike[str]) -> bytes:
+    """The bytes of ``<root>/manifest.json`` on local disk: a regular file, not a symbolic link
+    (SPEC §19.4 step 2, as R-11), read up to one byte past its size limit."""
+    path = os.path.join(os.fspath(root), MANIFEST_NAME)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError as error:
+        raise DatasetNotFoundError("no manifest.json", path=path) from error
+    except OSError as error:
+        raise UnsafePathError(f"cannot open manifest.json ({error.strerror})", path=path) from error
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UnsafePathError("manifest.json is not a regular file", path=path)
+    with os.fdopen(fd, "rb") as f:
+        return f.read(MAX_MANIFEST_BYTES + 1)
+
+
 def read_manifest(root: str | os.PathLike[str]) -> Manifest:
     """Read ``<root>/manifest.json`` from local disk."""
     path = os.path.join(os.fspath(root), MANIFEST_NAME)
-    with open(path, "rb") as f:
-        data = f.read(MAX_MANIFEST_BYTES + 1)
-    return decode_manifest(data, path)
+    return decode_manifest(read_manifest_bytes(root), path)
 
 
 def publish_manifest(root: str | os.PathLike[str], m: Manifest) -> str:

@@ -11,7 +11,6 @@ follows the known epoch order (the next shards prefetched and pinned, never evic
 from __future__ import annotations
 
 import os
-import stat
 import tempfile
 import threading
 from collections import OrderedDict
@@ -28,7 +27,7 @@ from detfmt.protocol import EpochIteration
 from detfmt.reader import Dataset
 from detfmt.records import DatasetSchema, NumpyBatch, Sample, sample_index
 from detfmt.schema import BoxField, ClassInfo
-from detfmt.shard.manifest import Manifest, decode_manifest
+from detfmt.shard.manifest import Manifest, decode_manifest, shard_lstat
 from detfmt.storage import Storage, open_storage
 
 __all__ = ["ShardWorkingSet", "ShardedDataset", "check_shard_files"]
@@ -60,15 +59,7 @@ class ShardedDataset(EpochIteration):
         local = self.storage.is_local
         self.root = self.storage.local_path("") if local else self.storage.url
         self.manifest: Manifest = read_manifest(self.storage)
-        self.shards = self.manifest.shards
-        where = self.storage.where(spec.MANIFEST_FILE)
-        for k, info in enumerate(self.shards):
-            if info.num_samples * spec.INDEX_DTYPE.itemsize > info.bytes:
-                # a shard holds an index record per sample (S-11): refuse a count its size
-                # cannot hold before a plan or a batch sizes arrays by it
-                raise errors.SchemaMismatchError(
-                    f"shards[{k}] claims {info.num_samples} samples in {info.bytes} bytes",
-                    path=where)
+        self.shards = self.manifest.shards  # counts bounded by sizes (S-5, in check_manifest)
         self._cache = None
         if local:
             self._max_open = max_open or max(1, len(self.shards))
@@ -339,30 +330,25 @@ def check_shard_schema(reader: Dataset, manifest: Manifest, k: int) -> None:
         problems.append("fixed_shape")
     if h.image.max_side != s.max_side:
         problems.append("max_side")
-    if s.codec != "mixed" and set(h.image.codecs) - {s.codec}:
+    used = {name: count for name, count in h.image.codecs.items() if count}
+    if s.codec != "mixed" and h.num_samples and used != {s.codec: h.num_samples}:
         problems.append("codec")
     if h.num_samples != info.num_samples or h.max_boxes != info.max_boxes:
         problems.append("num_samples/max_boxes")
+    if set(h.required_features) - set(manifest.required_features):
+        problems.append("required_features")
     if problems:
         raise errors.SchemaMismatchError(
             f"shard disagrees with the manifest: {', '.join(problems)}", path=reader.location)
 
 
 def check_shard_files(storage: Storage, shards: Sequence[Any]) -> None:
-    """S-2 and S-7 for a local root: every listed shard exists, is a regular file (not a link,
-    directory or FIFO) and has the manifest's size. One ``lstat`` per shard, nothing read."""
+    """S-2 and S-7 for a local root: every listed shard exists, is a regular file reached
+    without a symbolic link in any path component, and has the manifest's size (SPEC §19.4
+    step 9). One ``lstat`` per path component, nothing read."""
     for info in shards:
         path = storage.local_path(info.path)
-        try:
-            st = os.lstat(path)
-        except (FileNotFoundError, NotADirectoryError) as error:
-            raise errors.LayoutError(f"shard {info.path} listed by the manifest is missing",
-                                     rule="FILE_MISSING", path=path) from error
-        except OSError as error:  # ELOOP, ENAMETOOLONG, EACCES...
-            raise errors.UnsafePathError(f"cannot stat shard ({error.strerror})",
-                                         path=path) from error
-        if not stat.S_ISREG(st.st_mode):
-            raise errors.UnsafePathError("a shard must be a regular file", path=path)
+        st = shard_lstat(storage.local_path(""), info.path)
         if st.st_size != info.bytes:
             raise errors.ShardChecksumError(
                 f"shard is {st.st_size} bytes, manifest says {info.bytes}", rule="SHARD_SIZE",

@@ -106,7 +106,9 @@ def _rewrite_header(path, change):
          "FEATURE_UNSUPPORTED"),
         (lambda h: h.update(format="other"), detfmt.NotDetfmtError, "NOT_DETFMT"),
         (lambda h: h.update(num_samples="16"), detfmt.HeaderError, "HEADER_SCHEMA"),
-        (lambda h: h.update(num_samples=17), detfmt.LayoutError, "COUNT_MISMATCH"),
+        # image.codecs cleared: its sum is checked before the arrays' shapes (SPEC §12 step 1)
+        (lambda h: (h.update(num_samples=17), h["image"].update(codecs={})), detfmt.LayoutError,
+         "COUNT_MISMATCH"),
         (lambda h: h.pop("classes"), detfmt.HeaderError, "HEADER_SCHEMA"),
         (lambda h: h["files"]["images.bin"].update(size=1), detfmt.LayoutError, "BLOB_SIZE"),
     ],

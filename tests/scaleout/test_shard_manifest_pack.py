@@ -36,7 +36,7 @@ def make_manifest(**over):
             key="a",
             num_samples=3,
             first_index=0,
-            bytes=10,
+            bytes=4096,  # at least 48 bytes per sample (S-5)
             xxh3_64="0" * 16,
             max_boxes=2,
         ),
@@ -45,7 +45,7 @@ def make_manifest(**over):
             key="b",
             num_samples=4,
             first_index=3,
-            bytes=10,
+            bytes=4096,  # at least 48 bytes per sample (S-5)
             xxh3_64="f" * 16,
             max_boxes=0,
         ),

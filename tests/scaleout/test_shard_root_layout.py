@@ -63,10 +63,12 @@ def test_any_entry_named_header_json_counts(root, kind):
     _refused(lambda: verify_sharded(root))
 
 
-def test_a_1_0_dataset_with_a_stray_manifest_directory_still_opens(tmp_path):
-    """Only a manifest.json *file* makes a root sharded; a 1.0 dataset is otherwise untouched."""
+def test_a_1_0_dataset_with_a_stray_manifest_directory_is_refused(tmp_path):
+    """Any entry named manifest.json makes a root sharded (SPEC §19.2, as header.json of any
+    type does for S-1), so a 1.0 dataset holding one is neither: ROOT_LAYOUT."""
     flat = tmp_path / "flat"
     detfmt.write(make_samples(4, 2), flat, classes=CLASSES)
     (flat / "manifest.json").mkdir()
-    with detfmt.open(flat) as ds:
-        assert isinstance(ds, detfmt.Dataset) and len(ds) == 2
+    with pytest.raises(detfmt.DetfmtError) as caught:
+        detfmt.open(flat)
+    assert caught.value.rule == "ROOT_LAYOUT"

@@ -174,7 +174,7 @@ def test_versions_refuse_cleanly(tmp_path, parts):
         detfmt.Dataset(tmp_path)  # a 1.0 reader finds no header.json
     assert e.value.rule == "HEADER_MISSING"
     raw = msgspec.json.decode((tmp_path / MANIFEST_NAME).read_bytes())
-    raw["version"] = "1.2"
+    raw["version"] = "1.3"  # 1.1 and 1.2 are the known manifest minors
     (tmp_path / MANIFEST_NAME).write_bytes(msgspec.json.encode(raw))
     with pytest.raises(UnsupportedVersionError):
         detfmt.open(tmp_path)
