@@ -321,6 +321,21 @@ class Gather:
         start = int(job.offsets[j])
         return reader.blob[start : start + int(job.nbytes[j])]
 
+    def check_payload(self, job: Job, j: int) -> np.ndarray:
+        """The stored bytes of the job's sample ``j`` after the structure checks of its codec
+        (SPEC §9: for a JPEG, frame type, precision, components and sampling, J1..J3), for a
+        decoder of its own (the GPU decoder) to decode."""
+        from detfmt import _codecs
+
+        payload = self.payload(job, j)
+        reader = job.readers[int(job.part[j])]
+        h, w, li = int(job.heights[j]), int(job.widths[j]), int(job.local[j])
+        if int(job.codecs[j]) == spec.CODEC_JPEG:
+            _codecs.check_jpeg(payload, h, w, path=reader.blob_path, index=li)
+        elif int(job.codecs[j]) == spec.CODEC_PNG:
+            _codecs.check_png(payload, h, w, path=reader.blob_path, index=li)
+        return payload
+
     def advise(self, job: Job) -> None:
         """Ask the kernel to read ahead the byte span of the job's samples (cold-cache reads in
         a near-sequential order); an optimisation, silently skipped where unsupported."""

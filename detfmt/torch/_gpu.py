@@ -54,7 +54,7 @@ class GpuJpegDecoder:
                      pad_value: int) -> torch.Tensor:
         out = torch.full(shape, pad_value, dtype=torch.uint8, device=self.device)
         jpeg = np.flatnonzero(job.codecs == spec.CODEC_JPEG).tolist()
-        payloads = [torch.from_numpy(np.array(engine.payload(job, j))) for j in jpeg]
+        payloads = [torch.from_numpy(np.array(engine.check_payload(job, j))) for j in jpeg]
         decoded = self._decode(payloads, device=self.device) if payloads else []
         for j, image in zip(jpeg, decoded, strict=True):
             h, w = int(job.heights[j]), int(job.widths[j])
