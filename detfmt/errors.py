@@ -20,7 +20,9 @@ as ``__cause__``, never leaked.
     ├── WriteError (OSError)                writing failed; the target is untouched
     │   ├── TargetExistsError
     │   ├── TargetLockedError               another writer holds the target
-    │   └── TargetNotWritableError
+    │   ├── TargetNotWritableError
+    │   ├── CommitConflictError             another commit won (sharded roots)
+    │   └── CacheError                      the shard cache is unsafe, unwritable or full
     └── UsageError (ValueError)             invalid arguments or input from the caller
         └── InvalidSampleError              one input sample is invalid (names the index)
 """
@@ -30,6 +32,8 @@ from __future__ import annotations
 import os
 
 __all__ = [
+    "CacheError",
+    "CommitConflictError",
     "DatasetChangedError",
     "DatasetNotFoundError",
     "DecodeError",
@@ -200,3 +204,17 @@ class InvalidSampleError(UsageError):
     """One input sample is invalid; ``index`` names it and ``rule`` says why."""
 
     default_rule = "SAMPLE_INVALID"
+
+
+class CommitConflictError(WriteError):
+    """Another commit published a new manifest since this one read its base generation.
+
+    Nothing was published by the losing commit; re-read the root and commit again."""
+
+    default_rule = "COMMIT_CONFLICT"
+
+
+class CacheError(WriteError):
+    """The shard cache cannot be used: not private to this user, not writable, or full."""
+
+    default_rule = "CACHE_UNUSABLE"
