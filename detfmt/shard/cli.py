@@ -6,12 +6,19 @@ import argparse
 
 
 def _cmd_gc(args: argparse.Namespace) -> int:
-    from detfmt.shard.write import gc
+    from detfmt.shard.gc import collect
+    from detfmt.storage import open_storage
 
-    removed = gc(args.root, grace_seconds=args.grace)
-    for path in removed:
+    report = collect(open_storage(args.root), grace_seconds=args.grace)
+    for path in report.removed:
         print(path)
-    print(f"removed {len(removed)} unlisted file(s) or temporary director(ies)")
+    print(f"removed {len(report.removed)} unlisted file(s) or temporary director(ies)")
+    if report.kept_for_writes:
+        print(f"kept {len(report.kept_for_writes)} unlisted file(s): a write is in progress "
+              f"({report.live_writes} live writer lease(s))")
+    if report.kept_young:
+        print(f"kept {len(report.kept_young)} unlisted file(s) younger than --grace "
+              f"{args.grace:g} s")
     return 0
 
 
@@ -24,7 +31,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         "--grace",
         type=float,
         default=3600.0,
-        help="keep files younger than this many seconds (default 3600: a write in "
-        "progress is not collected)",
+        help="keep files younger than this many seconds (default: %(default)s); files of a "
+        "write in progress are kept whatever their age",
     )
     gc.set_defaults(run=_cmd_gc)

@@ -30,8 +30,8 @@ from detfmt.shard.manifest import (
 )
 from detfmt.shard.order import DEFAULT_SHARD_WINDOW, EpochPlan, OrderState, ShardWorkingSet
 from detfmt.shard.packed import PackedDataset
-from detfmt.shard.write import is_url
 from detfmt.spec import INDEX_DTYPE
+from detfmt.storage import is_remote
 
 __all__ = ["ShardedDataset", "is_sharded", "open_sharded"]
 
@@ -39,7 +39,7 @@ __all__ = ["ShardedDataset", "is_sharded", "open_sharded"]
 def is_sharded(path: str | os.PathLike[str]) -> bool:
     """True for a remote URL or a local directory holding manifest.json (S-1)."""
     text = os.fspath(path)
-    if is_url(text):
+    if is_remote(text):
         return True
     return os.path.isfile(os.path.join(text, MANIFEST_NAME))
 
@@ -77,7 +77,7 @@ class ShardedDataset(Sequence):
             cache_limit=cache_limit,
             max_open=max_open,
         )
-        self.remote = is_url(self.root)
+        self.remote = is_remote(self.root)
         self._cache = None
         self._files_checked = False
         if self.remote:
