@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import stat
-import tempfile
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
@@ -31,7 +30,7 @@ from detfmt.shard.manifest import (
 from detfmt.shard.order import DEFAULT_SHARD_WINDOW, EpochPlan, OrderState, ShardWorkingSet
 from detfmt.shard.packed import PackedDataset
 from detfmt.spec import INDEX_DTYPE
-from detfmt.storage import is_remote
+from detfmt.storage import is_remote, open_storage
 
 __all__ = ["ShardedDataset", "is_sharded", "open_sharded"]
 
@@ -50,8 +49,8 @@ class ShardedDataset(Sequence):
     Args:
         root: local directory or fsspec URL (``s3://bucket/ds``, ``http://host/ds``...).
         storage_options: passed to fsspec for remote roots.
-        cache_dir: node-local shard cache for remote roots (default: a directory under the
-            system temp dir named after the write id).
+        cache_dir: node-local shard cache for remote roots (default: the per-user
+            `detfmt.shard.cache.default_cache_dir`; it must be private to the user).
         cache_limit: byte bound of that cache (LRU; shards the plan needs next are kept).
         max_open: shards kept mapped at once (remote default 32; local: all). An evicted cache
             file stays readable (and on disk) while its reader is open.
@@ -93,9 +92,8 @@ class ShardedDataset(Sequence):
             self.manifest: Manifest = decode_manifest(data, where)
             from detfmt.shard.cache import ShardCache
 
-            base = cache_dir or os.path.join(tempfile.gettempdir(), "detfmt-cache")
             self._cache = ShardCache(
-                self._fs, self._fs_root, base, self.manifest.write_id, cache_limit=cache_limit
+                open_storage(self.root, storage_options), cache_dir, cache_limit=cache_limit
             )
             self._max_open = max_open or 32
         else:
