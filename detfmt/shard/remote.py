@@ -1,7 +1,8 @@
 """Remote roots (any fsspec URL): publishing a local sharded root, and per-sample range reads.
 
-Publishing uploads the listed shards first and the manifest last, in one PUT, which object
-stores make atomic: readers see the old manifest or the new one, never a partial dataset.
+Publishing creates the listed shards first (never replacing a published one) and swaps the
+manifest in last (`detfmt.storage`): readers see the old manifest or the new one, never a
+partial dataset, and a published shard never changes under them.
 Range reads (``fs.cat_ranges``) are for inspecting single samples without fetching whole shards;
 training should go through the shard cache (one GET per shard).
 """
@@ -16,8 +17,12 @@ import numpy as np
 
 from detfmt import _codecs, _npy, errors, spec, validate
 from detfmt.reader import Sample
-from detfmt.shard.manifest import MANIFEST_NAME, Manifest, decode_manifest, read_manifest
+from detfmt.shard.errors import ShardChecksumError
+from detfmt.shard.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, Manifest, decode_manifest
 from detfmt.shard.pack import PREFIX, parse_toc, toc_length_prefix
+from detfmt.shard.session import begin_write
+from detfmt.shard.write import publish, publish_shard
+from detfmt.storage import Digest, LocalStorage, file_digest, open_storage
 
 __all__ = ["RemoteSampleReader", "upload"]
 
@@ -35,13 +40,28 @@ def upload(
     *,
     storage_options: Mapping[str, Any] | None = None,
 ) -> Manifest:
-    """Copy a committed local sharded root to ``url``: shards first, manifest.json last."""
-    local_root = os.fspath(local_root)
-    manifest = read_manifest(local_root)
-    fs, base = _fs(url, storage_options)
-    for shard in manifest.shards:
-        fs.put_file(os.path.join(local_root, shard.path), f"{base}/{shard.path}")
-    fs.put_file(os.path.join(local_root, MANIFEST_NAME), f"{base}/{MANIFEST_NAME}")
+    """Publish a committed local sharded root at ``url``: shards first, manifest.json last.
+
+    Each shard is hashed against the local manifest, then created at the target only if
+    absent (published shards are immutable: an identical copy already there is kept, other
+    bytes under a name the target's manifest lists are refused with SHARD_PUBLISHED). The
+    manifest is a compare-and-swap on the target's manifest as read before the upload began,
+    so a concurrent commit to the target is a `CommitConflictError`, never a silent loss.
+    """
+    source = LocalStorage(os.fspath(local_root))
+    data = source.read(MANIFEST_NAME, MAX_MANIFEST_BYTES)
+    manifest = decode_manifest(data, source.where(MANIFEST_NAME))
+    target = open_storage(url, storage_options)
+    with begin_write(target) as session:
+        for shard in manifest.shards:
+            local = source.where(shard.path)
+            found = file_digest(local)
+            if found != Digest(shard.bytes, shard.xxh3_64):
+                raise ShardChecksumError(
+                    f"local shard has {found.size} bytes, xxh3 {found.xxh3_64}; the manifest "
+                    f"says {shard.bytes}, {shard.xxh3_64}: refusing to publish it", path=local)
+            publish_shard(target, local, shard.path, found, move=False)
+        publish(target, manifest, session.base)
     return manifest
 
 
