@@ -1,4 +1,5 @@
-"""``detfmt gc``: remove what failed or superseded sharded writes left behind (S-16)."""
+"""``detfmt gc`` (remove what failed or superseded sharded writes left behind, S-16) and
+``detfmt append`` (add datasets to a sharded root in one commit)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,29 @@ def _cmd_gc(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_append(args: argparse.Namespace) -> int:
+    from detfmt.shard.append import append
+
+    before = _count(args.root)
+    manifest = append(args.root, args.sources)
+    added = manifest.num_samples - before
+    print(f"appended {added} sample(s) to {args.root}: {manifest.num_samples} sample(s) in "
+          f"{len(manifest.shards)} shard(s)")
+    return 0
+
+
+def _count(root: str) -> int:
+    from detfmt.shard.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, decode_manifest
+    from detfmt.storage import open_storage
+
+    storage = open_storage(root)
+    try:
+        data = storage.read(MANIFEST_NAME, MAX_MANIFEST_BYTES)
+    except FileNotFoundError:
+        return 0
+    return decode_manifest(data, storage.where(MANIFEST_NAME)).num_samples
+
+
 def register(commands: argparse._SubParsersAction) -> None:
     gc = commands.add_parser(
         "gc", help="delete shard files a sharded root's manifest does not list (older than --grace)"
@@ -35,3 +59,12 @@ def register(commands: argparse._SubParsersAction) -> None:
         "write in progress are kept whatever their age",
     )
     gc.set_defaults(run=_cmd_gc)
+    append = commands.add_parser(
+        "append",
+        help="add datasets (1.0 directories or sharded roots) to a sharded root as new shards, "
+        "in one atomic commit",
+    )
+    append.add_argument("root", help="the sharded dataset root to grow (holds manifest.json)")
+    append.add_argument("sources", nargs="+", metavar="SRC",
+                        help="a 1.0 dataset directory or a sharded root, with the same classes")
+    append.set_defaults(run=_cmd_append)
