@@ -1,5 +1,7 @@
 """``detfmt append ROOT SRC``: add datasets to a sharded root as new shards, in one commit.
 
+A ROOT that does not exist yet (or is an empty directory) becomes a new sharded root.
+
 A growing dataset never needs a full rewrite: each source (a 1.0 directory, or a sharded root,
 local or remote) becomes new shards whose payloads are the source's bytes as stored (a 1.0
 directory is packed member by member; a source shard is copied whole), checked against the
@@ -26,8 +28,10 @@ import msgspec
 
 from detfmt import errors, spec
 from detfmt.reader import Dataset
+from detfmt.schema import Header
 from detfmt.shard.errors import SchemaMismatchError, ShardChecksumError
 from detfmt.shard.manifest import (
+    FORMAT_VERSION,
     MANIFEST_NAME,
     MAX_MANIFEST_BYTES,
     Manifest,
@@ -35,11 +39,19 @@ from detfmt.shard.manifest import (
     ShardInfo,
     decode_manifest,
 )
-from detfmt.shard.names import shard_path
+from detfmt.shard.names import SHARD_DIR, shard_path
 from detfmt.shard.pack import pack_directory
-from detfmt.shard.session import begin_write
+from detfmt.shard.session import LEASE_PATTERN, begin_write
 from detfmt.shard.write import list_shards, publish, publish_shard, schema_of, writer_name
-from detfmt.storage import Digest, Storage, copy_digest, file_digest, open_storage, temp_name
+from detfmt.storage import (
+    Digest,
+    Storage,
+    StoredEntry,
+    copy_digest,
+    file_digest,
+    open_storage,
+    temp_name,
+)
 
 __all__ = ["append"]
 
@@ -60,18 +72,23 @@ def append(
     if not sources:
         raise errors.UsageError("append needs at least one source")
     storage = open_storage(root, storage_options)
-    data, base = storage.read_generation(MANIFEST_NAME, MAX_MANIFEST_BYTES)
-    if data is None:
-        raise errors.DatasetNotFoundError(
-            "not a sharded root (no manifest.json): append adds to an existing sharded "
-            "dataset; create it first (detfmt.shard.write.write_shard and commit)",
-            path=storage.where(MANIFEST_NAME), rule="FILE_MISSING")
     if storage.exists("header.json"):
-        raise errors.TargetExistsError("root holds a 1.0 dataset (header.json)", path=storage.url)
-    old = decode_manifest(data, storage.where(MANIFEST_NAME))
+        raise errors.TargetExistsError(
+            "root holds a 1.0 dataset (header.json): append grows sharded roots only",
+            path=storage.url)
+    data, base = storage.read_generation(MANIFEST_NAME, MAX_MANIFEST_BYTES)
+    if data is not None:
+        old: Manifest | None = decode_manifest(data, storage.where(MANIFEST_NAME))
+    elif any(not _writer_entry(e) for e in storage.list_dir("")):
+        raise errors.DatasetNotFoundError(
+            "not a sharded root (no manifest.json) and not empty: append grows a sharded root, "
+            "or creates one at a new or empty location", path=storage.where(MANIFEST_NAME),
+            rule="FILE_MISSING")
+    else:
+        old = None  # a new root: the first source's schema
     write_id = uuid.uuid4().hex
     prefix = f"append-{write_id[:12]}-"
-    schema = old.schema
+    schema: Schema | None = old.schema if old is not None else None
     added: list[_Added] = []
     with begin_write(storage, base=base):
         try:
@@ -79,15 +96,18 @@ def append(
                 done = len(added)
                 _add_source(storage, source, schema, prefix, added, source_options)
                 for entry in added[done:]:
-                    schema = _merged(schema, entry.schema, os.fspath(source))
-            shards = list(old.shards) + list_shards(
+                    schema = _merged(schema or entry.schema, entry.schema, os.fspath(source))
+            if schema is None:
+                raise errors.UsageError("the sources hold no shards: nothing to append")
+            shards = (list(old.shards) if old else []) + list_shards(
                 [(a.info.path, a.info.key, a.info.num_samples, a.info.bytes, a.info.xxh3_64,
                   a.info.max_boxes) for a in added],
-                first=old.num_samples)
-            manifest = msgspec.structs.replace(
-                old, write_id=write_id, num_samples=sum(s.num_samples for s in shards),
+                first=old.num_samples if old else 0)
+            manifest = Manifest(
+                format="detfmt", version=FORMAT_VERSION, required_features=["sharded"],
+                write_id=write_id, num_samples=sum(s.num_samples for s in shards),
                 schema=schema, shards=shards, writer=writer_name(),
-                metadata={**old.metadata, **dict(metadata or {})})
+                metadata={**(old.metadata if old else {}), **dict(metadata or {})})
             publish(storage, manifest, base)
         except BaseException:
             for entry in added:  # never listed: ours to remove
@@ -102,8 +122,8 @@ class _Added(msgspec.Struct, frozen=True):
     schema: Schema
 
 
-def _add_source(storage: Storage, source: str | os.PathLike[str], schema: Schema, prefix: str,
-                added: list[_Added], options: Mapping[str, Any] | None) -> None:
+def _add_source(storage: Storage, source: str | os.PathLike[str], schema: Schema | None,
+                prefix: str, added: list[_Added], options: Mapping[str, Any] | None) -> None:
     """Publish the source's new shards, recording each in ``added`` as soon as it exists."""
     text = os.fspath(source)
     src = open_storage(text, options)
@@ -116,14 +136,14 @@ def _add_source(storage: Storage, source: str | os.PathLike[str], schema: Schema
         "no detfmt dataset here (neither manifest.json nor header.json)", path=text)
 
 
-def _add_directory(storage: Storage, source: str, schema: Schema, prefix: str,
+def _add_directory(storage: Storage, source: str, schema: Schema | None, prefix: str,
                    added: list[_Added]) -> None:
     """A 1.0 directory becomes one shard: its members (checked against the header's
     checksums) packed as they are."""
     with Dataset(source) as ds:
         header = ds.header
-    src_schema = schema_of(header, schema.codec)
-    _merged(schema, src_schema, source)  # refuse before copying anything
+    src_schema = schema_of(header, schema.codec if schema else _single_codec(header))
+    _merged(schema or src_schema, src_schema, source)  # refuse before copying anything
     for name, info in header.files.items():
         found = file_digest(os.path.join(source, name))
         if found != Digest(info.size, info.xxh3_64):
@@ -147,12 +167,12 @@ def _add_directory(storage: Storage, source: str, schema: Schema, prefix: str,
     added.append(_Added(info, src_schema))
 
 
-def _add_sharded(storage: Storage, src: Storage, schema: Schema, prefix: str,
+def _add_sharded(storage: Storage, src: Storage, schema: Schema | None, prefix: str,
                  added: list[_Added]) -> None:
     """A sharded source: each of its shards copied whole, checked against its manifest."""
     data = src.read(MANIFEST_NAME, MAX_MANIFEST_BYTES)
     manifest = decode_manifest(data, src.where(MANIFEST_NAME))
-    _merged(schema, manifest.schema, src.url)
+    _merged(schema or manifest.schema, manifest.schema, src.url)
     for shard in manifest.shards:
         key = f"{prefix}{len(added):05d}"
         rel = shard_path(key)
@@ -170,6 +190,16 @@ def _add_sharded(storage: Storage, src: Storage, schema: Schema, prefix: str,
                 os.unlink(tmp)
         info = msgspec.structs.replace(shard, path=rel, key=key, first_index=0)
         added.append(_Added(info, manifest.schema))
+
+
+def _writer_entry(entry: StoredEntry) -> bool:
+    """What a new root may already hold: the shard directory and write leases."""
+    return (entry.rel == SHARD_DIR and entry.is_dir) or bool(LEASE_PATTERN.match(entry.rel))
+
+
+def _single_codec(header: Header) -> str:
+    used = [name for name, count in header.image.codecs.items() if count]
+    return used[0] if len(used) == 1 else "mixed"
 
 
 def _publish_new(storage: Storage, tmp: str, rel: str, digest: Digest) -> None:
