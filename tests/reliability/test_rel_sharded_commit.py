@@ -40,7 +40,7 @@ def _job(root: str, name: str, seed: int, barrier, results) -> None:
         results.put((name, "won"))
     except CommitConflictError as error:
         results.put((name, f"conflict {error.rule}"))
-    except BaseException as error:  # noqa: BLE001 - reported to the parent
+    except BaseException as error:
         results.put((name, f"error {error!r}"))
 
 
