@@ -82,7 +82,8 @@ def collect(storage: Storage, *, grace_seconds: float = 3600.0,
         report.live_writes = len(live)
         candidates = [e for e in storage.list_dir(SHARD_DIR)
                       if e.rel not in listed and _is_own_shard_entry(storage, e)]
-        candidates += [e for e in top if e.is_file and MANIFEST_TEMP.match(_name(e))]
+        candidates += [e for e in top if e.is_file and (MANIFEST_TEMP.match(_name(e))
+                                                        or TEMPORARY.match(_name(e)))]
         for entry in candidates:
             if live:
                 report.kept_for_writes.append(storage.where(entry.rel))

@@ -102,10 +102,15 @@ def test_links_and_foreign_files_inside_shards_are_kept(root: Path, outside: Pat
     (root / ".manifest.json.bak").write_text("mine")
     dead_tmp = root / ".manifest.json.0123456789ab.tmp"  # a crashed commit's temporary
     dead_tmp.write_bytes(b"{}")
-    os.utime(dead_tmp, (OLD, OLD))
+    dead_lease_tmp = root / ".tmp-.detfmt-lease-x.json-0123456789ab"  # a crashed lease write
+    dead_lease_tmp.write_bytes(b"{}")
+    (root / ".tmp-dir-0123456789ab").mkdir()  # a directory of that name is not ours at the top
+    for path in (dead_tmp, dead_lease_tmp):
+        os.utime(path, (OLD, OLD))
     before = _tree(outside)
     removed = gc(root, grace_seconds=0)
-    assert sorted(removed) == sorted([str(tmp), str(dead_tmp)])
+    assert sorted(removed) == sorted([str(tmp), str(dead_tmp), str(dead_lease_tmp)])
+    assert (root / ".tmp-dir-0123456789ab").is_dir()
     assert _tree(outside) == before
     kept = {p.name for p in shards.iterdir()}
     assert {"part-link.detfmt", ".tmp-link-0123456789ab", "part-dir.detfmt", "part-fifo.detfmt",
