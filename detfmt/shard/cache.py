@@ -7,7 +7,8 @@ bytes. The cache is:
   appended roots that share a shard share its cached copy, and a name never means two contents;
 - *verified*: a download is bounded by the manifest's size, hashed while it streams, and renamed
   into place only when size and XXH3-64 match; a cached file is used only after its own hash
-  matches the entry (once per process and file version: (device, inode, size, mtime));
+  matches the entry, once per file version (device, inode, size, mtime): a stamp beside the file
+  tells the node's other processes of this user that this version was checked;
 - *private*: the default directory is per user (``$DETFMT_CACHE_DIR``, else
   ``$XDG_CACHE_HOME/detfmt/shards`` or ``~/.cache/detfmt/shards``), created 0700; a directory
   that another user owns or may write is refused (`CacheError`), never trusted;
@@ -169,6 +170,7 @@ class ShardCache:
                     self.stats["hits"] += 1
                     return path
                 self._discard(path)  # absent, or damaged from outside
+                self._discard(_stamp_path(path))
                 self._discard(path + ".part")  # a dead downloader's partial file
                 self._make_room(shard.bytes, keep=path)
                 self._download(shard, path)
@@ -193,13 +195,15 @@ class ShardCache:
         identity = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
         with _verified_lock:
             known = _verified.get(path) == identity
-        if not known:
+        if not known and _stamp(path) != _identity_text(identity):
             try:
                 if file_digest(path) != _expected(shard):
                     return False
             except FileNotFoundError:
                 return False
             self.stats["verified"] += 1
+            _remember(path, identity)
+        elif not known:
             with _verified_lock:
                 _verified[path] = identity
         with contextlib.suppress(OSError):  # LRU by access time; a read-only cache still hits
@@ -254,8 +258,7 @@ class ShardCache:
         except OSError as error:
             raise _cache_error(error, path) from error
         info = os.stat(path)
-        with _verified_lock:
-            _verified[path] = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+        _remember(path, (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns))
         self.stats["downloads"] += 1
         self.stats["bytes"] += got.size
 
@@ -294,6 +297,7 @@ class ShardCache:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)  # readers that mapped it keep their mapping (POSIX)
                 self.stats["evictions"] += 1
+            self._discard(_stamp_path(path))
             total -= size
 
     def close(self) -> None:
@@ -316,6 +320,41 @@ class _LocalSink:
         except OSError as error:
             raise _cache_error(error, self.path) from error
         return len(data)
+
+
+def _identity_text(identity: tuple[int, int, int, int]) -> str:
+    return " ".join(map(str, identity))
+
+
+def _stamp_path(path: str) -> str:
+    head, name = os.path.split(path)
+    return os.path.join(head, f".{name}.verified")
+
+
+def _stamp(path: str) -> str | None:
+    """The file version another process of this user verified (see `_remember`), if any."""
+    try:
+        with open(_stamp_path(path), encoding="ascii") as f:
+            return f.read(200)
+    except (OSError, ValueError):
+        return None
+
+
+def _remember(path: str, identity: tuple[int, int, int, int]) -> None:
+    """Record that this version of the file (device, inode, size, mtime) matched its hash: in
+    this process, and in a stamp beside it so the node's other processes need not hash it
+    again (the directory is private: only this user's processes can write either). Best
+    effort: a read-only or full cache just hashes again next time."""
+    with _verified_lock:
+        _verified[path] = identity
+    tmp = f"{_stamp_path(path)}.{os.getpid()}.{threading.get_ident()}"
+    try:
+        with open(tmp, "w", encoding="ascii") as f:
+            f.write(_identity_text(identity))
+        os.replace(tmp, _stamp_path(path))
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
 
 
 def _expected(shard: ShardInfo) -> Digest:

@@ -39,6 +39,11 @@ def make_remote(tmp_path, n=6, size=1000):
     return str(remote), shards
 
 
+def listing(directory):
+    """The cache directory's entries, without the verification stamps."""
+    return sorted(n for n in os.listdir(directory) if not n.endswith(".verified"))
+
+
 def new_cache(tmp_path, remote, **kw):
     return ShardCache(open_storage(remote), tmp_path / "cache", **kw)
 
@@ -51,7 +56,7 @@ def test_fetch_once_then_hit(tmp_path):
         assert f.read() == bytes([2]) * 1002
     assert cache.fetch(shards[2]) == p
     assert cache.stats["downloads"] == 1 and cache.stats["hits"] == 1
-    assert sorted(os.listdir(cache.dir)) == [os.path.basename(p)]  # no tmp or lock left
+    assert listing(cache.dir) == [os.path.basename(p)]  # no tmp or lock left
     cache.close()
 
 
@@ -64,7 +69,7 @@ def test_checksum_mismatch_leaves_nothing(tmp_path):
     with pytest.raises(ShardChecksumError) as e:
         cache.fetch(bad)
     assert e.value.rule == "SHARD_CHECKSUM"
-    assert os.listdir(cache.dir) == []
+    assert listing(cache.dir) == []
     cache.close()
 
 
@@ -77,7 +82,7 @@ def test_lru_eviction_respects_limit_and_protection(tmp_path):
         os.utime(cache.local_path(s), (1 + k, 1 + k))  # deterministic recency (access time)
     cache.protect([shards[0]])
     cache.fetch(shards[3])  # evicts shards[1], the oldest unprotected one
-    present = set(os.listdir(cache.dir))
+    present = set(listing(cache.dir))
     assert os.path.basename(cache.local_path(shards[0])) in present
     assert os.path.basename(cache.local_path(shards[1])) not in present
     assert cache.cached_bytes() <= 3100
@@ -95,6 +100,40 @@ def test_cache_smaller_than_window_does_not_deadlock(tmp_path):
     cache.protect([])
     cache.fetch(shards[5])
     assert cache.cached_bytes() <= 1500 + shards[5].bytes
+    cache.close()
+
+
+def _fetch_in_a_fresh_process(tmp_path, remote, shard, out):
+    import detfmt.shard.cache as cache_module
+
+    cache_module._verified.clear()  # forget what the parent verified: only the stamp is left
+    cache = new_cache(tmp_path, remote)
+    cache.fetch(shard)
+    out.put(dict(cache.stats))
+    cache.close()
+
+
+def test_a_verified_file_is_not_hashed_again_by_the_node_s_other_processes(tmp_path):
+    remote, shards = make_remote(tmp_path)
+    cache = new_cache(tmp_path, remote)
+    path = cache.fetch(shards[2])
+    ctx = mp.get_context("fork")
+    out = ctx.Queue()
+    for damaged in (False, True):
+        if damaged:  # a new version of the file: the stamp no longer matches, it is hashed
+            with open(path, "r+b") as f:
+                f.write(b"\xff")
+        proc = ctx.Process(target=_fetch_in_a_fresh_process, args=(tmp_path, remote, shards[2],
+                                                                   out))
+        proc.start()
+        stats = out.get(timeout=60)
+        proc.join(60)
+        if damaged:
+            assert stats["downloads"] == 1 and stats["verified"] == 0, stats
+        else:
+            assert stats["hits"] == 1 and stats["verified"] == 0, stats
+    with open(path, "rb") as f:
+        assert f.read() == bytes([2]) * 1002
     cache.close()
 
 
@@ -127,7 +166,7 @@ def test_dead_downloader_leaves_no_wedge(tmp_path):
     proc.join()
     with open(cache.fetch(shards[1]), "rb") as f:
         assert f.read() == bytes([1]) * 1001
-    assert sorted(os.listdir(cache.dir)) == [name]  # no partial file, no lock left
+    assert listing(cache.dir) == [name]  # no partial file, no lock left
     cache.close()
 
 
