@@ -29,6 +29,7 @@ from typing import Any
 
 import msgspec
 
+from detfmt import errors
 from detfmt.shard.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES
 from detfmt.storage import Storage, StoredEntry, open_storage
 
@@ -122,7 +123,15 @@ class Lease:
                              pid_ns=_pid_ns(), pid=os.getpid(),
                              start=_process_start(os.getpid()), ttl=self.ttl, created=time.time())
         self._data = msgspec.json.encode(record)
-        storage.put_bytes(self._data, self.rel, durable=False)
+        try:
+            storage.put_bytes(self._data, self.rel, durable=False)
+        except errors.DetfmtError:
+            raise
+        except Exception as error:  # OSError, or a read-only back end's NotImplementedError
+            raise errors.WriteError(
+                f"cannot write the write lease ({type(error).__name__}: {str(error)[:200]}); "
+                "is the root writable?",
+                path=storage.where(self.rel), errno=getattr(error, "errno", None)) from error
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, name="detfmt-lease", daemon=True)
         self._thread.start()

@@ -199,3 +199,18 @@ def test_remote_reader_downloads_only_the_new_shards(root, tmp_path):
         assert b._cache.stats["downloads"] == 1
         a.close()
         b.close()
+
+
+def test_a_read_only_remote_root_is_a_typed_error(root, tmp_path):
+    pytest.importorskip("aiohttp")
+    from scaleout_servers import http_range_server
+
+    from detfmt.shard.write import write_shard
+
+    flat = _flat(tmp_path / "flat", 3, 2)
+    with http_range_server(str(root)) as url:
+        for call in (lambda: append(url, flat),
+                     lambda: write_shard(make_samples(3, 2), url, "x", classes=CLASSES)):
+            with pytest.raises(detfmt.errors.WriteError):
+                call()
+    assert len(detfmt.open(root)) == 9
