@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -214,3 +216,43 @@ def test_a_read_only_remote_root_is_a_typed_error(root, tmp_path):
             with pytest.raises(detfmt.errors.WriteError):
                 call()
     assert len(detfmt.open(root)) == 9
+
+
+SHARED = Path(os.environ.get("DETFMT_SHARED_DATA",
+                             Path(__file__).resolve().parents[2].parent / "shared" / "data"))
+
+
+@pytest.mark.slow
+def test_append_grows_a_root_from_real_data_through_the_cli(tmp_path, capsys):
+    """The raccoon dataset converted in two halves; `detfmt append` creates the root from the
+    first and grows it by the second while a reader of the first generation reads on."""
+    source = SHARED / "raccoon"
+    if not source.is_dir():
+        pytest.skip(f"{source} not available")
+    from detfmt.convert.voc import from_voc
+
+    xmls = sorted((source / "annotations").glob("*.xml"))
+    halves = []
+    for k, part in enumerate((xmls[:100], xmls[100:])):
+        folder = tmp_path / f"ann{k}"
+        folder.mkdir()
+        for xml in part:
+            shutil.copy(xml, folder / xml.name)
+        ds = tmp_path / f"half{k}"
+        from_voc(folder, source / "images", ds, codec="jpeg", max_side=96, workers=1)
+        halves.append(ds)
+    root = tmp_path / "root"
+    assert main(["append", str(root), str(halves[0])]) == 0
+    first = detfmt.open(root)
+    want_first = _samples(first)
+    assert main(["append", str(root), str(halves[1])]) == 0
+    assert "appended" in capsys.readouterr().out
+    _same(_samples(first), want_first)  # the reader of the first generation reads on
+    grown = detfmt.open(root)
+    assert len(grown) == 200 and grown.class_names == ["raccoon"]
+    _same(_samples(grown), want_first + _samples(detfmt.open(halves[1])))
+    data = (root / grown.shards[1].path).read_bytes()
+    for member in read_toc(root / grown.shards[1].path).members:  # stored JPEGs, as they were
+        assert data[member.offset:member.offset + member.size] == (
+            halves[1] / member.name).read_bytes()
+    assert detfmt.verify(root).ok
