@@ -42,7 +42,7 @@ from detfmt.shard.manifest import (
 from detfmt.shard.names import SHARD_DIR, shard_path
 from detfmt.shard.pack import pack_directory
 from detfmt.shard.session import LEASE_PATTERN, begin_write
-from detfmt.shard.write import list_shards, publish, publish_shard, schema_of, writer_name
+from detfmt.shard.write import list_shards, publish, schema_of, writer_name
 from detfmt.storage import (
     Digest,
     Storage,
@@ -158,7 +158,7 @@ def _add_directory(storage: Storage, source: str, schema: Schema | None, prefix:
         with open(tmp, "xb") as f:
             pack_directory(source, f, names=[spec.HEADER_FILE, *header.files])
         digest = file_digest(tmp)
-        _publish_new(storage, tmp, rel, digest)
+        _publish_new(storage, tmp, rel)
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
@@ -184,7 +184,7 @@ def _add_sharded(storage: Storage, src: Storage, schema: Schema | None, prefix: 
                 raise ShardChecksumError(
                     f"source shard has {got.size} bytes, xxh3 {got.xxh3_64}; its manifest says "
                     f"{shard.bytes}, {shard.xxh3_64}", path=src.where(shard.path))
-            _publish_new(storage, tmp, rel, got)
+            _publish_new(storage, tmp, rel)
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
@@ -202,10 +202,11 @@ def _single_codec(header: Header) -> str:
     return used[0] if len(used) == 1 else "mixed"
 
 
-def _publish_new(storage: Storage, tmp: str, rel: str, digest: Digest) -> None:
-    if storage.exists(rel):
+def _publish_new(storage: Storage, tmp: str, rel: str) -> None:
+    """Create shard ``rel`` from the complete file ``tmp``; never adopt an existing file (the
+    append removes what it created if it fails, and only that)."""
+    if not storage.put_file(tmp, rel, exclusive=True, move=True):
         raise errors.TargetExistsError(f"shard {rel} already exists", path=storage.url)
-    publish_shard(storage, tmp, rel, digest)
 
 
 def _merged(schema: Schema, other: Schema, source: str) -> Schema:
