@@ -406,7 +406,7 @@ class LocalStorage(Storage):
     def read_generation(self, rel: str, limit: int) -> tuple[bytes | None, str | None]:
         try:
             data = self.read(rel, limit)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return None, None
         return data, _content_generation(data)
 
@@ -464,8 +464,8 @@ class LocalStorage(Storage):
         The kernel releases the lock when its holder dies, so a killed writer never leaves a
         stale lock; the file is unlinked by the holder (a waiter that locked the unlinked
         inode notices and retries). The holder's PID and host are named on a timeout."""
-        name = rel.rpartition("/")[2]
-        path = os.path.join(self.staging_dir(rel), f".{name}.lock")
+        parent, _, name = rel.rpartition("/")
+        path = os.path.join(self.where(parent), f".{name}.lock")  # the directory must exist
         deadline = time.monotonic() + timeout
         while True:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
@@ -623,7 +623,7 @@ class FsspecStorage(Storage):
             self.fs.invalidate_cache(self._path(rel))
         try:
             data = self.read(rel, limit)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return None, None
         return data, _content_generation(data)
 

@@ -10,6 +10,7 @@ takes, nor anything younger than the grace period.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
@@ -57,44 +58,54 @@ def collect(storage: Storage, *, grace_seconds: float = 3600.0,
     """`gc` with a report. ``ignore_lease``: the token of a lease whose own leftovers may go
     (a failed write cleaning up after itself)."""
     report = GcReport()
-    with storage.lock(MANIFEST_NAME):  # local roots: no commit runs meanwhile
-        if storage.exists("header.json"):
-            raise errors.UsageError(
-                "this is a 1.0 dataset, not a sharded root: gc only cleans sharded roots "
-                "(detfmt cleanup removes a 1.0 writer's temporaries)", path=storage.url)
-        data, _ = storage.read_generation(MANIFEST_NAME, MAX_MANIFEST_BYTES)
-        listed: set[str] = set()
-        if data is not None:
-            listed = {s.path for s in decode_manifest(data, storage.where(MANIFEST_NAME)).shards}
-        top = storage.list_dir("")
-        leases = [e for e in top if e.is_file and LEASE_PATTERN.match(_name(e))]
-        if data is None and not leases:
-            raise errors.NotDetfmtError(
-                "not a sharded detfmt root: no manifest.json and no write in progress; gc "
-                "deletes nothing here", path=storage.url)
-        now = time.time()
-        live, dead = [], []
-        for lease in leases:
-            match = LEASE_PATTERN.match(_name(lease))
-            if match is not None and match.group(1) == ignore_lease:
-                continue  # the caller's own lease: it releases it itself
-            (live if lease_is_live(storage, lease, now) else dead).append(lease)
-        report.live_writes = len(live)
-        candidates = [e for e in storage.list_dir(SHARD_DIR)
-                      if e.rel not in listed and _is_own_shard_entry(storage, e)]
-        candidates += [e for e in top if e.is_file and (MANIFEST_TEMP.match(_name(e))
-                                                        or TEMPORARY.match(_name(e)))]
-        for entry in candidates:
-            if live:
-                report.kept_for_writes.append(storage.where(entry.rel))
-            elif not _older(entry, now, grace_seconds):
-                report.kept_young.append(storage.where(entry.rel))
-            else:
-                _remove(storage, entry, report)
-        for lease in dead:  # after the shards: a root without manifest stays recognisable
-            _remove(storage, lease, report)
+    with contextlib.ExitStack() as stack:
+        try:  # local roots: no commit runs meanwhile
+            stack.enter_context(storage.lock(MANIFEST_NAME))
+        except (FileNotFoundError, NotADirectoryError) as error:
+            raise errors.NotDetfmtError("not a sharded detfmt root: no such directory",
+                                        path=storage.url) from error
+        _collect_locked(storage, report, grace_seconds, ignore_lease)
     report.removed.sort()
     return report
+
+
+def _collect_locked(storage: Storage, report: GcReport, grace_seconds: float,
+                    ignore_lease: str | None) -> None:
+    if storage.exists("header.json"):
+        raise errors.UsageError(
+            "this is a 1.0 dataset, not a sharded root: gc only cleans sharded roots "
+            "(detfmt cleanup removes a 1.0 writer's temporaries)", path=storage.url)
+    data, _ = storage.read_generation(MANIFEST_NAME, MAX_MANIFEST_BYTES)
+    listed: set[str] = set()
+    if data is not None:
+        listed = {s.path for s in decode_manifest(data, storage.where(MANIFEST_NAME)).shards}
+    top = storage.list_dir("")
+    leases = [e for e in top if e.is_file and LEASE_PATTERN.match(_name(e))]
+    if data is None and not leases:
+        raise errors.NotDetfmtError(
+            "not a sharded detfmt root: no manifest.json and no write in progress; gc "
+            "deletes nothing here", path=storage.url)
+    now = time.time()
+    live, dead = [], []
+    for lease in leases:
+        match = LEASE_PATTERN.match(_name(lease))
+        if match is not None and match.group(1) == ignore_lease:
+            continue  # the caller's own lease: it releases it itself
+        (live if lease_is_live(storage, lease, now) else dead).append(lease)
+    report.live_writes = len(live)
+    candidates = [e for e in storage.list_dir(SHARD_DIR)
+                  if e.rel not in listed and _is_own_shard_entry(storage, e)]
+    candidates += [e for e in top if e.is_file and (MANIFEST_TEMP.match(_name(e))
+                                                    or TEMPORARY.match(_name(e)))]
+    for entry in candidates:
+        if live:
+            report.kept_for_writes.append(storage.where(entry.rel))
+        elif not _older(entry, now, grace_seconds):
+            report.kept_young.append(storage.where(entry.rel))
+        else:
+            _remove(storage, entry, report)
+    for lease in dead:  # after the shards: a root without manifest stays recognisable
+        _remove(storage, lease, report)
 
 
 def _name(entry: StoredEntry) -> str:

@@ -239,6 +239,17 @@ def test_this_process_write_in_progress_is_kept(root: Path) -> None:
     assert gc(root, grace_seconds=0) == [str(root / meta.path)]
 
 
+@pytest.mark.parametrize("kind", ["missing", "a-file"])
+def test_gc_of_a_path_that_is_no_directory_creates_nothing(kind: str, tmp_path: Path) -> None:
+    target = tmp_path / "target"
+    if kind == "a-file":
+        target.write_bytes(b"mine")
+    with pytest.raises(NotDetfmtError):
+        gc(target, grace_seconds=0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ([] if kind == "missing" else ["target"])
+    assert kind == "missing" or target.read_bytes() == b"mine"
+
+
 def test_grace_still_applies_without_writers(root: Path) -> None:
     orphan = _magic_file(root / "shards" / "part-young.detfmt")
     os.utime(orphan, None)  # now
