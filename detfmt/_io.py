@@ -17,9 +17,6 @@ import secrets
 import shutil
 import stat
 from pathlib import Path
-from typing import BinaryIO
-
-import xxhash
 
 __all__ = [
     "OutputFile",
@@ -67,20 +64,6 @@ def unlink(path: str) -> None:
     os.unlink(path)
 
 
-def file_digest(source: bytes | memoryview | BinaryIO, chunk: int = 8 << 20) -> str:
-    """xxh3-64 (hex, seed 0) of bytes, or of a binary file read to its end in bounded chunks:
-    the one whole-file digest loop (member checksums, shard checksums, downloads)."""
-    digest = xxhash.xxh3_64()
-    if isinstance(source, (bytes, bytearray, memoryview)):
-        view = memoryview(source).cast("B")
-        for start in range(0, view.nbytes, chunk):
-            digest.update(view[start : start + chunk])
-        return digest.hexdigest()
-    while block := source.read(chunk):
-        digest.update(block)
-    return digest.hexdigest()
-
-
 def fsync_dir(path: str) -> None:
     """Make a directory's entries durable (its files' names, a rename into it)."""
     fd = open_fd(path, os.O_RDONLY | os.O_DIRECTORY)
@@ -103,6 +86,8 @@ class OutputFile:
         self.path = path
         self.fd = open_fd(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW)
         self.size = 0
+        import xxhash  # loads with the first file written (reading never imports it)
+
         self._hash = xxhash.xxh3_64()
         self._pending = bytearray()
 

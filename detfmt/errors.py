@@ -25,7 +25,9 @@ as ``__cause__``, never leaked.
     ├── WriteError (OSError)                writing failed; the target is untouched
     │   ├── TargetExistsError
     │   ├── TargetLockedError               another writer holds the target
-    │   └── TargetNotWritableError
+    │   ├── TargetNotWritableError
+    │   ├── CommitConflictError             another commit won (sharded roots)
+    │   └── CacheError                      the shard cache is unsafe, unwritable or full
     └── UsageError (ValueError)             invalid arguments or input from the caller
         ├── InvalidSampleError              one input sample is invalid (names the index)
         └── SampleIndexError (IndexError)   a sample index outside 0..N-1
@@ -39,6 +41,8 @@ from __future__ import annotations
 import os
 
 __all__ = [
+    "CacheError",
+    "CommitConflictError",
     "DatasetChangedError",
     "DatasetNotFoundError",
     "DecodeError",
@@ -288,3 +292,17 @@ def error_for(rule: str, message: str, *, path: str | os.PathLike[str] | None = 
     if cls is UnsupportedVersionError:
         return cls(message, found="?", supported="?", rule=rule, path=path, index=index)
     return cls(message, rule=rule, path=path, index=index)
+
+
+class CommitConflictError(WriteError):
+    """Another commit published a new manifest since this one read its base generation.
+
+    Nothing was published by the losing commit; re-read the root and commit again."""
+
+    default_rule = "COMMIT_CONFLICT"
+
+
+class CacheError(WriteError):
+    """The shard cache cannot be used: not private to this user, not writable, or full."""
+
+    default_rule = "CACHE_UNUSABLE"

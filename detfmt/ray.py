@@ -5,7 +5,10 @@ The sink follows Ray's Datasink contract: ``on_write_start`` runs on the driver 
 target and returns their metadata, ``on_write_complete`` publishes the manifest (the only step
 that makes data visible), ``on_write_failed`` removes what the failed write left. Shard keys are
 ``<task index>-<seq>``, so a retried task rewrites its own files (never duplicates them) and the
-result equals a Dask or multiprocessing write of the same partitioning, byte for byte.
+result equals a Dask or multiprocessing write of the same partitioning, byte for byte. The driver
+holds the write's session from start to commit: its lease keeps `gc` away from the tasks'
+shards however long the write takes, and the commit is a compare-and-swap on the manifest the
+write started from (another job's commit in between is a `CommitConflictError`, not a loss).
 
 Importing this module imports ray (the ``scale`` extra); ``import detfmt`` never does.
 """
@@ -28,15 +31,11 @@ from ray.data.block import BlockAccessor
 
 from detfmt import errors
 from detfmt.api import open_dataset
+from detfmt.shard.gc import collect
 from detfmt.shard.manifest import Manifest
-from detfmt.shard.write import (
-    DEFAULT_SHARD_BYTES,
-    ShardMeta,
-    commit,
-    gc,
-    is_url,
-    write_partition,
-)
+from detfmt.shard.session import WriteSession, adopt, begin_write
+from detfmt.shard.write import DEFAULT_SHARD_BYTES, ShardMeta, commit, write_partition
+from detfmt.storage import is_remote, open_storage
 from detfmt.writer import write
 
 __all__ = ["DetfmtDatasink", "read_detfmt"]
@@ -76,7 +75,7 @@ class DetfmtDatasink(Datasink):
         **write_options: Any,
     ) -> None:
         text = os.fspath(root)
-        self.root = text if is_url(text) else os.path.abspath(text)
+        self.root = text if is_remote(text) else os.path.abspath(text)
         self.storage_options = dict(storage_options or {})
         self.classes = list(classes)
         self.shard_bytes = shard_bytes
@@ -85,6 +84,13 @@ class DetfmtDatasink(Datasink):
         self.metadata = dict(metadata or {})
         self.write_options = write_options
         self.manifest: Manifest | None = None
+        self._session: WriteSession | None = None
+        self._session_state: dict[str, Any] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_session"] = None  # the driver's lease thread stays on the driver
+        return state
 
     # ------------------------------------------------------------------ driver side
 
@@ -105,12 +111,13 @@ class DetfmtDatasink(Datasink):
             missing = [c for c in _REQUIRED_COLUMNS if c not in names]
             if missing:
                 raise errors.UsageError(f"input rows lack columns {missing}", rule="SCHEMA")
-        if not is_url(self.root):
-            if os.path.exists(os.path.join(self.root, "header.json")):
-                raise errors.TargetExistsError("root holds a 1.0 dataset", path=self.root)
-            os.makedirs(os.path.join(self.root, "shards"), exist_ok=True)
+        storage = open_storage(self.root, self.storage_options)
+        if storage.exists("header.json"):
+            raise errors.TargetExistsError("root holds a 1.0 dataset", path=self.root)
         if self.write_id is None:
             self.write_id = uuid.uuid4().hex
+        self._session = begin_write(storage)
+        self._session_state = self._session.state()
 
     def on_write_complete(self, write_result: Any) -> None:
         """Check row counts, then publish the manifest (the commit)."""
@@ -130,19 +137,29 @@ class DetfmtDatasink(Datasink):
             write_id=self.write_id,
             metadata=self.metadata,
             storage_options=self.storage_options,
+            base=self._session_state["base"] if self._session_state else None,
         )
+        if self._session is not None:
+            self._session.close()
 
     def on_write_failed(self, error: Exception) -> None:
-        """Remove shards and temporaries no manifest lists (the previous manifest stays valid).
+        """Remove shards and temporaries no manifest lists (the previous manifest stays valid),
+        unless another write to the root is in progress (its lease keeps them), then release
+        this write's lease.
 
         Best effort: a cleanup problem must never hide the error that failed the write.
         """
+        session, self._session = self._session, None
+        if session is None:
+            return  # on_write_start failed: this write created nothing
         try:
-            gc(self.root, grace_seconds=0, storage_options=self.storage_options)
+            collect(session.storage, grace_seconds=0, ignore_lease=session.token)
         except Exception as cleanup_error:
             warnings.warn(
                 f"detfmt: cleanup after a failed write failed: {cleanup_error}", stacklevel=2
             )
+        finally:
+            session.close()
 
     # ------------------------------------------------------------------ task side
 
@@ -155,15 +172,17 @@ class DetfmtDatasink(Datasink):
                 rows += 1
                 yield self.to_sample(row) if self.to_sample else row
 
-        metas = write_partition(
-            samples(),
-            self.root,
-            int(ctx.task_idx),
-            classes=self.classes,
-            shard_bytes=self.shard_bytes,
-            storage_options=self.storage_options or None,
-            **self.write_options,
-        )
+        storage = open_storage(self.root, self.storage_options)
+        with adopt(self._session_state or {}, storage):  # the driver keeps the lease
+            metas = write_partition(
+                samples(),
+                self.root,
+                int(ctx.task_idx),
+                classes=self.classes,
+                shard_bytes=self.shard_bytes,
+                storage_options=self.storage_options or None,
+                **self.write_options,
+            )
         return {"rows": rows, "shards": [msgspec.to_builtins(m) for m in metas]}
 
     @property

@@ -230,8 +230,8 @@ def test_a_hostile_depth_is_a_typed_error() -> None:
     """The JSON profile (§5.6): nesting far past any recursion limit is HEADER_JSON, not a
     RecursionError or a crash, for every JSON file the library reads."""
     from detfmt import validate
-    from detfmt.shard.manifest import decode_manifest
     from detfmt.members import parse_toc
+    from detfmt.shard.manifest import decode_manifest
 
     deep = b'{"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
     for parse, rule in ((lambda d: validate.parse_header(d, "header.json"), "HEADER_JSON"),

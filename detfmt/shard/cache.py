@@ -1,81 +1,137 @@
-"""Node-local cache of whole shards fetched from remote storage (docs/spec-sharding.md §7).
+"""Node-local cache of whole shards fetched from remote storage (SPEC.md §19.7, S-21).
 
 Training reads whole shards (one GET each) because object stores are limited by requests, not
-bytes. The cache holds complete, verified shards only (temp file, xxh3 check, rename: S-21); one
-process per node downloads a given shard (an O_EXCL lockfile, not shared memory, so a killed
-process leaves nothing that hangs the next run: stale locks are broken by pid); the byte bound is
-LRU and never evicts the shards the known order needs next. When the protected shards alone exceed
-the bound, the cache overshoots instead of waiting, so a small cache can never deadlock.
+bytes. The cache is:
+
+- *content addressed*: a shard is stored as ``<xxh3_64>-<bytes>.detfmt``, so generations and
+  appended roots that share a shard share its cached copy, and a name never means two contents;
+- *verified*: a download is bounded by the manifest's size, hashed while it streams, and renamed
+  into place only when size and XXH3-64 match; a cached file is used only after its own hash
+  matches the entry, once per file version (device, inode, size, mtime): a stamp beside the file
+  tells the node's other processes of this user that this version was checked;
+- *private*: the default directory is per user (``$DETFMT_CACHE_DIR``, else
+  ``$XDG_CACHE_HOME/detfmt/shards`` or ``~/.cache/detfmt/shards``), created 0700; a directory
+  that another user owns or may write is refused (`CacheError`), never trusted;
+- *never wedged*: one process per node downloads a shard under an ``flock`` the kernel drops
+  when its holder dies, so a killed downloader leaves no stale lock, and the next holder
+  removes its partial file; a full or read-only cache is a typed error, and the next call
+  after space returns simply downloads again.
+
+The byte bound is LRU (by access time) and never evicts the shards the known order needs next;
+when those alone exceed the bound the cache overshoots instead of waiting (no deadlock).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import re
+import stat
+import tempfile
 import threading
 import time
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
 
-import xxhash
-
-from detfmt.errors import ShardChecksumError, UsageError, WriteError
+from detfmt.errors import (
+    CacheError,
+    DetfmtError,
+    ShardChecksumError,
+    TargetLockedError,
+    UsageError,
+    WriteError,
+)
 from detfmt.shard.manifest import ShardInfo
+from detfmt.storage import Digest, LocalStorage, Storage, copy_digest, file_digest
 
-__all__ = ["ShardCache"]
+__all__ = ["ShardCache", "default_cache_dir"]
 
-_CHUNK = 8 << 20
+_ENTRY = re.compile(r"[0-9a-f]{16}-[0-9]{1,20}\.detfmt\Z")
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+_READ_ONLY = (errno.EROFS, errno.EACCES, errno.EPERM)
+
+# (device, inode, size, mtime_ns) of cached files this process has hashed and found intact
+_verified: dict[str, tuple[int, int, int, int]] = {}
+_verified_lock = threading.Lock()
+
+
+def default_cache_dir() -> str:
+    """The per-user cache directory (see the module docstring)."""
+    explicit = os.environ.get("DETFMT_CACHE_DIR")
+    if explicit:
+        return explicit
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    if os.path.isabs(base) and (os.access(base, os.W_OK) or not os.path.exists(base)):
+        return os.path.join(base, "detfmt", "shards")
+    return os.path.join(tempfile.gettempdir(), f"detfmt-cache-{os.getuid()}")
+
+
+def _private_dir(path: str) -> str:
+    """Create ``path`` (0700) or check it: a directory this user owns that no one else may
+    write. Anything else is refused: its files could be swapped under a reader."""
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        info = os.stat(path)
+    except OSError as error:
+        raise CacheError(f"cannot create the shard cache directory: {error.strerror}",
+                         path=path, errno=error.errno) from error
+    if not stat.S_ISDIR(info.st_mode):
+        raise CacheError("the shard cache path is not a directory", path=path)
+    if info.st_uid != os.getuid():
+        raise CacheError(
+            f"the shard cache directory belongs to uid {info.st_uid}, not to this user "
+            f"({os.getuid()}): pass a private cache_dir", path=path)
+    if info.st_mode & 0o022:
+        raise CacheError(
+            f"the shard cache directory is writable by other users (mode "
+            f"{stat.S_IMODE(info.st_mode):o}): its files could be replaced; use a private "
+            "directory (chmod go-w)", path=path)
+    return path
 
 
 class ShardCache:
-    """Download shards of one published write into ``cache_dir/<write_id>/``.
+    """Whole-shard downloads of one remote root into a private node-local directory.
 
     Args:
-        fs: an fsspec filesystem; ``remote_root`` is the dataset root on it.
-        cache_dir: node-local directory shared by all processes of the node.
-        write_id: the manifest's write id, so a republished root never mixes shard generations.
+        storage: the remote root (`detfmt.storage.open_storage`).
+        cache_dir: the cache directory (default `default_cache_dir`); it must be private.
         cache_limit: byte bound of the cache (None: unbounded).
-        verify: check size and xxh3-64 of every download (S-21 requires it; keep True).
-        lock_timeout: seconds to wait for another process's download before giving up.
+        lock_timeout: seconds to wait for another process's download of the same shard.
+        retries: further attempts after a failed or corrupted download.
+        prefetch_workers: background download threads.
     """
 
     def __init__(
         self,
-        fs: Any,
-        remote_root: str,
-        cache_dir: str | os.PathLike[str],
-        write_id: str,
+        storage: Storage,
+        cache_dir: str | os.PathLike[str] | None = None,
         *,
         cache_limit: int | None = None,
-        verify: bool = True,
         lock_timeout: float = 600.0,
         retries: int = 2,
         prefetch_workers: int = 2,
     ) -> None:
         if cache_limit is not None and cache_limit < 0:
             raise UsageError(f"cache_limit must be >= 0, got {cache_limit}")
-        self.fs = fs
-        self.remote_root = remote_root.rstrip("/")
-        self.dir = os.path.join(os.fspath(cache_dir), write_id)
-        os.makedirs(self.dir, exist_ok=True)
+        self.storage = storage
+        self.dir = _private_dir(os.fspath(cache_dir) if cache_dir is not None
+                                else default_cache_dir())
+        self._local = LocalStorage(self.dir)
         self.cache_limit = cache_limit
-        self.verify = verify
         self.lock_timeout = lock_timeout
         self.retries = retries
         self._protected: set[str] = set()
         self._mutex = threading.Lock()
         self._pool = ThreadPoolExecutor(prefetch_workers, thread_name_prefix="detfmt-prefetch")
         self._pending: dict[str, Future[str]] = {}
-        self.stats = {"downloads": 0, "hits": 0, "bytes": 0, "evictions": 0, "waits": 0}
+        self.stats = {"downloads": 0, "hits": 0, "bytes": 0, "evictions": 0, "verified": 0}
 
     # ------------------------------------------------------------------ naming
 
     def local_path(self, shard: ShardInfo) -> str:
-        return os.path.join(self.dir, shard.path.replace("/", "__"))
-
-    def remote_path(self, shard: ShardInfo) -> str:
-        return f"{self.remote_root}/{shard.path}"
+        """Where the verified copy of ``shard`` lives: named by its content."""
+        return os.path.join(self.dir, f"{shard.xxh3_64}-{shard.bytes}.detfmt")
 
     # ------------------------------------------------------------------ pinning
 
@@ -87,11 +143,12 @@ class ShardCache:
     # ------------------------------------------------------------------ fetching
 
     def fetch(self, shard: ShardInfo) -> str:
-        """Return the local path of a complete, verified copy of ``shard`` (downloading it once)."""
+        """The local path of a complete copy of ``shard`` whose size and hash match it."""
         path = self.local_path(shard)
         fut = self._pending.get(path)
         if fut is not None and not fut.done():
-            fut.result()  # a prefetch is downloading it: wait, then re-check (it may be evicted)
+            with contextlib.suppress(DetfmtError, OSError):
+                fut.result()  # a prefetch is downloading it; its error is raised again below
         return self._fetch(shard)
 
     def prefetch(self, shards: Iterable[ShardInfo]) -> None:
@@ -102,83 +159,114 @@ class ShardCache:
                 fut = self._pending.get(path)
                 if fut is not None and not fut.done():
                     continue
-                if _touch(path):
+                if os.path.exists(path):
                     continue
                 self._pending = {p: f for p, f in self._pending.items() if not f.done()}
                 self._pending[path] = self._pool.submit(self._fetch, shard)
 
     def _fetch(self, shard: ShardInfo) -> str:
         path = self.local_path(shard)
-        lock = path + ".lock"
-        deadline = time.monotonic() + self.lock_timeout
-        while True:
-            if _touch(path):
-                if _size(path) == shard.bytes:
+        if self._intact(shard, path):
+            self.stats["hits"] += 1
+            return path
+        name = os.path.basename(path)
+        try:
+            with self._local.lock(name, timeout=self.lock_timeout):
+                if self._intact(shard, path):  # another process finished meanwhile
                     self.stats["hits"] += 1
                     return path
-                # only complete files are renamed in (S-21): a cached file of the wrong size
-                # was damaged from outside (truncated, appended to); drop it and fetch again
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(path)
-                continue
-            if _try_lock(lock):
-                try:
-                    if not os.path.exists(path):  # another process may have finished meanwhile
-                        self._make_room(shard.bytes, keep=path)
-                        self._download(shard, path)
-                    return path
-                finally:
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(lock)
-            _break_stale(lock)
-            if time.monotonic() > deadline:
-                raise WriteError(
-                    f"timed out waiting for another process to download {shard.path}",
-                    rule="CACHE_TIMEOUT",
-                    path=path,
-                )
-            self.stats["waits"] += 1
-            time.sleep(0.02)
+                self._discard(path)  # absent, or damaged from outside
+                self._discard(_stamp_path(path))
+                self._discard(path + ".part")  # a dead downloader's partial file
+                self._make_room(shard.bytes, keep=path)
+                self._download(shard, path)
+                return path
+        except TargetLockedError as error:
+            raise WriteError(
+                f"timed out waiting for another process to download {shard.path}: {error}",
+                rule="CACHE_TIMEOUT", path=path) from error
+        except DetfmtError:
+            raise
+        except OSError as error:  # the lock file itself: a read-only or full cache
+            raise _cache_error(error, path) from error
+
+    def _intact(self, shard: ShardInfo, path: str) -> bool:
+        """True when ``path`` is a regular file of the shard's size whose XXH3-64 matches."""
+        try:
+            info = os.stat(path, follow_symlinks=False)
+        except FileNotFoundError:
+            return False
+        if not stat.S_ISREG(info.st_mode) or info.st_size != shard.bytes:
+            return False
+        identity = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+        with _verified_lock:
+            known = _verified.get(path) == identity
+        if not known and _stamp(path) != _identity_text(identity):
+            try:
+                if file_digest(path) != _expected(shard):
+                    return False
+            except FileNotFoundError:
+                return False
+            self.stats["verified"] += 1
+            _remember(path, identity)
+        elif not known:
+            with _verified_lock:
+                _verified[path] = identity
+        with contextlib.suppress(OSError):  # LRU by access time; a read-only cache still hits
+            os.utime(path, ns=(time.time_ns(), info.st_mtime_ns), follow_symlinks=False)
+        return True
+
+    def _discard(self, path: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
 
     def _download(self, shard: ShardInfo, path: str) -> None:
-        tmp = f"{path}.tmp.{os.getpid()}.{threading.get_ident()}"
         last: Exception | None = None
         for _attempt in range(self.retries + 1):
             try:
-                self._download_once(shard, path, tmp)
+                self._download_once(shard, path)
                 return
-            except ShardChecksumError as error:
+            except (ShardChecksumError, CacheError) as error:
+                if isinstance(error, CacheError):
+                    raise  # the local side: retrying cannot help
                 last = error
             except Exception as error:  # OSError, or the transport's own (aiohttp, botocore...)
                 last = error
             finally:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(tmp)
+                self._discard(path + ".part")
         if isinstance(last, ShardChecksumError):
             raise last
         raise WriteError(f"cannot download {shard.path}: {last}", path=path) from last
 
-    def _download_once(self, shard: ShardInfo, path: str, tmp: str) -> None:
-        """One attempt: stream into ``tmp``, hash, check size and xxh3, rename into place."""
-        digest = xxhash.xxh3_64()
-        size = 0
-        with (
-            self.fs.open(self.remote_path(shard), "rb", block_size=_CHUNK) as src,
-            open(tmp, "wb") as dst,
-        ):
-            while chunk := src.read(_CHUNK):
-                digest.update(chunk)
-                size += len(chunk)
-                dst.write(chunk)
-        if self.verify and (size != shard.bytes or digest.hexdigest() != shard.xxh3_64):
+    def _download_once(self, shard: ShardInfo, path: str) -> None:
+        """One attempt: stream at most ``bytes + 1`` bytes into ``<path>.part`` while hashing,
+        check size and XXH3-64, rename into place."""
+        part = path + ".part"
+        try:
+            fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        except OSError as error:
+            raise _cache_error(error, part) from error
+        try:
+            with self.storage.open_read(shard.path) as src:
+                got = copy_digest(src, _LocalSink(fd, part), limit=shard.bytes)
+        finally:
+            os.close(fd)
+        if got != _expected(shard):
+            what = "more than" if got.size > shard.bytes else f"{got.size} bytes,"
             raise ShardChecksumError(
-                f"downloaded {size} bytes with xxh3 {digest.hexdigest()}, manifest says "
-                f"{shard.bytes} bytes, {shard.xxh3_64}",
-                path=self.remote_path(shard),
+                f"downloaded {what} {shard.bytes} bytes with xxh3 {got.xxh3_64}; the manifest "
+                f"says {shard.bytes} bytes, {shard.xxh3_64}",
+                path=self.storage.where(shard.path),
+                rule="SHARD_CHECKSUM" if got.size == shard.bytes else "SHARD_SIZE",
             )
-        os.replace(tmp, path)
+        try:
+            os.replace(part, path)
+        except OSError as error:
+            raise _cache_error(error, path) from error
+        info = os.stat(path)
+        _remember(path, (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns))
         self.stats["downloads"] += 1
-        self.stats["bytes"] += size
+        self.stats["bytes"] += got.size
 
     # ------------------------------------------------------------------ eviction
 
@@ -186,14 +274,16 @@ class ShardCache:
         return sum(size for _, size, _ in self._entries())
 
     def _entries(self) -> list[tuple[float, int, str]]:
+        """(access time, size, path) of the cached shards (only the cache's own names)."""
         out = []
         with os.scandir(self.dir) as it:
             for e in it:
-                if e.name.endswith((".lock",)) or ".tmp." in e.name:
+                if not _ENTRY.match(e.name):
                     continue
                 with contextlib.suppress(FileNotFoundError):
                     st = e.stat(follow_symlinks=False)
-                    out.append((st.st_mtime, st.st_size, e.path))
+                    if stat.S_ISREG(st.st_mode):
+                        out.append((st.st_atime, st.st_size, e.path))
         return out
 
     def _make_room(self, incoming: int, keep: str) -> None:
@@ -213,53 +303,75 @@ class ShardCache:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)  # readers that mapped it keep their mapping (POSIX)
                 self.stats["evictions"] += 1
+            self._discard(_stamp_path(path))
             total -= size
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _touch(path: str) -> bool:
-    """Mark a cached shard as just used (LRU is by mtime); False if it is not cached."""
-    try:
-        os.utime(path)
-        return True
-    except FileNotFoundError:
-        return False
+class _LocalSink:
+    """The cache file being written: local write errors become `CacheError` (a full or
+    read-only cache), kept apart from transport errors (which are retried)."""
+
+    def __init__(self, fd: int, path: str) -> None:
+        self.fd = fd
+        self.path = path
+
+    def write(self, data: bytes) -> int:
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[os.write(self.fd, view):]
+        except OSError as error:
+            raise _cache_error(error, self.path) from error
+        return len(data)
 
 
-def _size(path: str) -> int:
-    try:
-        return os.stat(path).st_size
-    except FileNotFoundError:
-        return -1
+def _identity_text(identity: tuple[int, int, int, int]) -> str:
+    return " ".join(map(str, identity))
 
 
-def _try_lock(lock: str) -> bool:
-    try:
-        fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-    except FileExistsError:
-        return False
-    try:
-        os.write(fd, str(os.getpid()).encode())
-    finally:
-        os.close(fd)
-    return True
+def _stamp_path(path: str) -> str:
+    head, name = os.path.split(path)
+    return os.path.join(head, f".{name}.verified")
 
 
-def _break_stale(lock: str) -> None:
-    """Remove a lock whose owner process is gone (killed runs must not hang the next one)."""
+def _stamp(path: str) -> str | None:
+    """The file version another process of this user verified (see `_remember`), if any."""
     try:
-        with open(lock, "rb") as f:
-            pid = int(f.read() or b"0")
-    except (FileNotFoundError, ValueError):
-        return
-    if pid <= 0:
-        return
+        with open(_stamp_path(path), encoding="ascii") as f:
+            return f.read(200)
+    except (OSError, ValueError):
+        return None
+
+
+def _remember(path: str, identity: tuple[int, int, int, int]) -> None:
+    """Record that this version of the file (device, inode, size, mtime) matched its hash: in
+    this process, and in a stamp beside it so the node's other processes need not hash it
+    again (the directory is private: only this user's processes can write either). Best
+    effort: a read-only or full cache just hashes again next time."""
+    with _verified_lock:
+        _verified[path] = identity
+    tmp = f"{_stamp_path(path)}.{os.getpid()}.{threading.get_ident()}"
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(lock)
-    except PermissionError:
-        pass
+        with open(tmp, "w", encoding="ascii") as f:
+            f.write(_identity_text(identity))
+        os.replace(tmp, _stamp_path(path))
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
+def _expected(shard: ShardInfo) -> Digest:
+    return Digest(shard.bytes, shard.xxh3_64)
+
+
+def _cache_error(error: OSError, path: str) -> CacheError:
+    if error.errno in _NO_SPACE:
+        why = "the cache is full"
+    elif error.errno in _READ_ONLY:
+        why = "the cache is not writable"
+    else:
+        why = "the cache cannot be written"
+    return CacheError(f"{why} ({error.strerror or error})", path=path, errno=error.errno)

@@ -1,4 +1,5 @@
-"""``detfmt gc``: remove what failed or superseded sharded writes left behind (S-16)."""
+"""``detfmt gc`` (remove what failed or superseded sharded writes left behind, S-16) and
+``detfmt append`` (add datasets to a sharded root in one commit)."""
 
 from __future__ import annotations
 
@@ -6,13 +7,43 @@ import argparse
 
 
 def _cmd_gc(args: argparse.Namespace) -> int:
-    from detfmt.shard.write import gc
+    from detfmt.shard.gc import collect
+    from detfmt.storage import open_storage
 
-    removed = gc(args.root, grace_seconds=args.grace)
-    for path in removed:
+    report = collect(open_storage(args.root), grace_seconds=args.grace)
+    for path in report.removed:
         print(path)
-    print(f"removed {len(removed)} unlisted file(s) or temporary director(ies)")
+    print(f"removed {len(report.removed)} unlisted file(s) or temporary director(ies)")
+    if report.kept_for_writes:
+        print(f"kept {len(report.kept_for_writes)} unlisted file(s): a write is in progress "
+              f"({report.live_writes} live writer lease(s))")
+    if report.kept_young:
+        print(f"kept {len(report.kept_young)} unlisted file(s) younger than --grace "
+              f"{args.grace:g} s")
     return 0
+
+
+def _cmd_append(args: argparse.Namespace) -> int:
+    from detfmt.shard.append import append
+
+    before = _count(args.root)
+    manifest = append(args.root, args.sources)
+    added = manifest.num_samples - before
+    print(f"appended {added} sample(s) to {args.root}: {manifest.num_samples} sample(s) in "
+          f"{len(manifest.shards)} shard(s)")
+    return 0
+
+
+def _count(root: str) -> int:
+    from detfmt.shard.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, decode_manifest
+    from detfmt.storage import open_storage
+
+    storage = open_storage(root)
+    try:
+        data = storage.read(MANIFEST_NAME, MAX_MANIFEST_BYTES)
+    except FileNotFoundError:
+        return 0
+    return decode_manifest(data, storage.where(MANIFEST_NAME)).num_samples
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -24,7 +55,16 @@ def register(commands: argparse._SubParsersAction) -> None:
         "--grace",
         type=float,
         default=3600.0,
-        help="keep files younger than this many seconds (default 3600: a write in "
-        "progress is not collected)",
+        help="keep files younger than this many seconds (default: %(default)s); files of a "
+        "write in progress are kept whatever their age",
     )
     gc.set_defaults(run=_cmd_gc)
+    append = commands.add_parser(
+        "append",
+        help="add datasets (1.0 directories or sharded roots) to a sharded root as new shards, "
+        "in one atomic commit",
+    )
+    append.add_argument("root", help="the sharded dataset root to grow (holds manifest.json)")
+    append.add_argument("sources", nargs="+", metavar="SRC",
+                        help="a 1.0 dataset directory or a sharded root, with the same classes")
+    append.set_defaults(run=_cmd_append)

@@ -6,11 +6,9 @@ rejected) and every cross-field rule (S-4, S-5, S-6) is checked here, once, for 
 
 from __future__ import annotations
 
-import errno
 import os
 import re
 import stat
-import tempfile
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -24,8 +22,8 @@ from detfmt.errors import (
     RootLayoutError,
     UnsafePathError,
     UnsupportedVersionError,
-    WriteError,
 )
+from detfmt.storage import ANY_GENERATION, LocalStorage
 
 __all__ = [
     "FORMAT_VERSION",
@@ -276,53 +274,8 @@ def read_manifest(root: str | os.PathLike[str]) -> Manifest:
 
 
 def publish_manifest(root: str | os.PathLike[str], m: Manifest) -> str:
-    """Atomically publish (S-15): temp file, fsync, os.replace, fsync of the root directory."""
-    root = os.fspath(root)
-    data = encode_manifest(check_manifest(m))
-    fd, tmp = tempfile.mkstemp(prefix=".manifest.", suffix=".tmp", dir=root)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        final = os.path.join(root, MANIFEST_NAME)
-        os.replace(tmp, final)
-    except BaseException:
-        with _suppress_oserror():
-            os.unlink(tmp)
-        raise
-    try:
-        fsync_dir(root)
-    except OSError as error:  # after the switch: say so, never report it as not published
-        raise WriteError(
-            f"the manifest was published (readers see the new one), but fsync of the root "
-            f"directory failed ({error.strerror}): it may not survive a power loss",
-            path=root,
-            errno=error.errno,
-        ) from error
-    return final
-
-
-def fsync_dir(path: str) -> None:
-    """Make a rename durable: fsync the directory that holds it (no-op where unsupported).
-
-    An fsync failure (EIO, ENOSPC...) raises OSError: it is never treated as success."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError as error:
-        if error.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
-            raise
-    finally:
-        os.close(fd)
-
-
-class _suppress_oserror:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, et: object, ev: object, tb: object) -> bool:
-        return isinstance(ev, OSError)
+    """Publish ``m`` at ``<root>/manifest.json`` unconditionally and atomically (S-15), whatever
+    manifest is there; `detfmt.shard.write.commit` is the compare-and-swap writers use."""
+    storage = LocalStorage(os.fspath(root))
+    storage.swap(MANIFEST_NAME, encode_manifest(check_manifest(m)), ANY_GENERATION)
+    return storage.where(MANIFEST_NAME)

@@ -80,10 +80,16 @@ def canonical_order(names: Iterable[str]) -> list[str]:
     return (["header.json"] if "header.json" in names else []) + rest
 
 
-def pack_directory(src: str | os.PathLike[str], out: BinaryIO) -> Toc:
-    """Write the plain files of a 1.0 dataset directory to ``out`` as a packed shard."""
+def pack_directory(src: str | os.PathLike[str], out: BinaryIO,
+                   names: Iterable[str] | None = None) -> Toc:
+    """Write the plain files of a 1.0 dataset directory to ``out`` as a packed shard.
+
+    ``names``: only these members (header.json and the files its header lists), leaving out
+    anything else a directory may hold (R-43 lets readers ignore it; a shard may not, S-10)."""
     src = os.fspath(src)
-    names = canonical_order(e.name for e in os.scandir(src) if e.is_file(follow_symlinks=False))
+    if names is None:
+        names = (e.name for e in os.scandir(src) if e.is_file(follow_symlinks=False))
+    names = canonical_order(names)
     sizes = [(n, os.path.getsize(os.path.join(src, n))) for n in names]
     blob, toc = _layout(sizes)
     if len(blob) > MAX_TOC:

@@ -11,7 +11,6 @@ follows the known epoch order (the next shards prefetched and pinned, never evic
 from __future__ import annotations
 
 import os
-import tempfile
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
@@ -39,7 +38,8 @@ class ShardedDataset(EpochIteration):
     Args:
         root: local directory or fsspec URL (``s3://bucket/ds``, ``http://host/ds``...).
         storage_options: passed to fsspec for remote roots.
-        cache_dir: node-local shard cache for remote roots.
+        cache_dir: node-local shard cache for remote roots (default: the per-user
+            `detfmt.shard.cache.default_cache_dir`; it must be private to the user).
         cache_limit: byte bound of that cache (LRU; shards the plan needs next are kept).
         max_open: shards kept open at once (remote default 32; local: all). An evicted cache
             file stays readable (and on disk) while a reader holds it.
@@ -68,9 +68,7 @@ class ShardedDataset(EpochIteration):
         else:
             from detfmt.shard.cache import ShardCache
 
-            base = cache_dir or os.path.join(tempfile.gettempdir(), "detfmt-cache")
-            self._cache = ShardCache(self.storage.fs, self.storage.base, base,  # type: ignore[attr-defined]
-                                     self.manifest.write_id, cache_limit=cache_limit)
+            self._cache = ShardCache(self.storage, cache_dir, cache_limit=cache_limit)
             self._max_open = max_open or 32
         self.starts = np.array([s.first_index for s in self.shards], dtype=np.int64)
         self._open: OrderedDict[int, Dataset] = OrderedDict()

@@ -2,57 +2,71 @@
 
 Any engine (Ray, Dask, Spark, Slurm arrays, multiprocessing) runs ``write_shard`` per partition
 and returns its `ShardMeta` to one driver, which calls ``commit``. Shard names are functions of
-the caller's key, so a retried task overwrites its own file instead of adding a duplicate (S-13);
-the manifest is published last and atomically (S-15), so readers never see a partial write.
+the caller's key, so a retried task rewrites its own file instead of adding a duplicate (S-13);
+published shards are never changed; the manifest is published last, by a compare-and-swap on
+the generation the write started from (S-15), so readers never see a partial write and two
+writers never silently drop each other's shards. Every root is reached through
+`detfmt.storage`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
-import tempfile
-import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import msgspec
-import xxhash
 
 from detfmt import errors
 from detfmt.reader import Dataset
+from detfmt.schema import Header
+from detfmt.shard.gc import gc
 from detfmt.shard.manifest import (
     FORMAT_VERSION,
     MANIFEST_NAME,
+    MAX_MANIFEST_BYTES,
     BoxFieldInfo,
     ClassEntry,
     Manifest,
     Schema,
     ShardInfo,
     check_manifest,
+    decode_manifest,
     encode_manifest,
-    fsync_dir,
-    publish_manifest,
-    read_manifest,
 )
+from detfmt.shard.names import SHARD_DIR, shard_path
 from detfmt.shard.pack import pack_directory
+from detfmt.shard.session import (
+    begin_write,
+    current_session,
+    end_write,
+    ensure_session,
+    remove_dead_leases,
+)
+from detfmt.storage import Digest, Storage, file_digest, open_storage, temp_name
 
 __all__ = [
     "DEFAULT_SHARD_BYTES",
+    "SESSION_BASE",
     "ShardMeta",
+    "begin_write",
     "commit",
+    "end_write",
     "gc",
+    "generation",
     "partition_key",
+    "schema_of",
     "shard_path",
     "write_partition",
     "write_shard",
 ]
 
 DEFAULT_SHARD_BYTES = 128 << 20
-SHARD_DIR = "shards"
-_KEY = re.compile(r"[A-Za-z0-9_.-]{1,128}\Z")
+#: ``commit(base=SESSION_BASE)``: compare with the generation the write session started from.
+SESSION_BASE: Any = object()
 
 
 class ShardMeta(msgspec.Struct, frozen=True, kw_only=True):
@@ -67,49 +81,59 @@ class ShardMeta(msgspec.Struct, frozen=True, kw_only=True):
     schema: Schema
 
 
-def is_url(root: str | os.PathLike[str]) -> bool:
-    """Remote roots are fsspec URLs (``s3://``, ``gs://``, ``http://``...); ``file://`` is local."""
-    text = os.fspath(root)
-    return "://" in text and not text.startswith("file://")
+def generation(root: str | os.PathLike[str], *,
+               storage_options: Mapping[str, Any] | None = None) -> str | None:
+    """The root's current manifest generation (None: no manifest): pass it to `commit` as
+    ``base`` to publish only if nobody committed in between."""
+    return _generation(open_storage(root, storage_options))
 
 
-def _remote(root: str, storage_options: Mapping[str, Any] | None) -> tuple[Any, str]:
-    import fsspec  # the scale extra; only remote roots need it
-
-    fs, base = fsspec.core.url_to_fs(root, **(storage_options or {}))
-    return fs, base.rstrip("/")
-
-
-def shard_path(key: str) -> str:
-    """The shard's path relative to the root, a pure function of its key (S-13)."""
-    if not isinstance(key, str) or not _KEY.match(key) or key in (".", ".."):
-        raise errors.UsageError(f"shard key must match [A-Za-z0-9_.-]{{1,128}}, got {key!r}")
-    return f"{SHARD_DIR}/part-{key}.detfmt"
-
-
-class _HashingWriter:
-    def __init__(self, f: Any) -> None:
-        self.f = f
-        self.digest = xxhash.xxh3_64()
-        self.size = 0
-
-    def write(self, data: bytes) -> int:
-        self.digest.update(data)
-        self.size += len(data)
-        return self.f.write(data)
-
-
-def _schema_of(ds: Dataset, codec: str) -> Schema:
-    h = ds.header
-    used = {name for name, count in h.image.codecs.items() if count}
+def schema_of(header: Header, codec: str) -> Schema:
+    """The manifest schema of a shard with this 1.0 header: ``codec`` when every sample uses
+    it (or there are none), else "mixed"."""
+    used = {name for name, count in header.image.codecs.items() if count}
     return Schema(
         codec=codec if used <= {codec} else "mixed",  # type: ignore[arg-type]
-        classes=[ClassEntry(name=c.name, source_id=c.source_id) for c in h.classes],
-        box_fields=[BoxFieldInfo(name=f.name, dtype=f.dtype) for f in h.box_fields],
-        image_fields=list(h.image_fields),
-        fixed_shape=list(h.image.fixed_shape) if h.image.fixed_shape else None,
-        max_side=h.image.max_side,
+        classes=[ClassEntry(name=c.name, source_id=c.source_id) for c in header.classes],
+        box_fields=[BoxFieldInfo(name=f.name, dtype=f.dtype) for f in header.box_fields],
+        image_fields=list(header.image_fields),
+        fixed_shape=list(header.image.fixed_shape) if header.image.fixed_shape else None,
+        max_side=header.image.max_side,
     )
+
+
+class _ShardBuild(msgspec.Struct, frozen=True, kw_only=True):
+    """A packed shard file built at a local path (what ``build_shard`` of the writer returns)."""
+
+    num_samples: int
+    max_boxes: int
+    bytes: int
+    xxh3_64: str
+    schema: Schema
+
+
+def _build_shard(samples: Iterable[Any], path: str, options: dict[str, Any]) -> _ShardBuild:
+    """Write ``samples`` as one complete packed shard file at ``path`` (not yet fsynced).
+
+    Today: a 1.0 dataset in a sibling temporary directory, then packed; the writer's
+    ``build_shard`` (one pass, each byte written once) replaces this function."""
+    from detfmt.writer import write  # the writer pulls in the image stack; keep it lazy
+
+    work = f"{path}.d"
+    try:
+        src = os.path.join(work, "ds")
+        os.mkdir(work)
+        write(samples, src, progress=False, **options)
+        with Dataset(src) as ds:
+            schema = schema_of(ds.header, options.get("codec", "raw"))
+            num, max_boxes = len(ds), ds.header.max_boxes
+        with open(path, "xb") as f:
+            pack_directory(src, f)
+        digest = file_digest(path)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return _ShardBuild(num_samples=num, max_boxes=max_boxes, bytes=digest.size,
+                       xxh3_64=digest.xxh3_64, schema=schema)
 
 
 def write_shard(
@@ -126,104 +150,79 @@ def write_shard(
 
     ``samples``, ``classes``, ``codec`` and ``write_options`` are those of `detfmt.write`
     (``max_side``, ``fixed_size``, ``clip``, ``box_fields``, ``jpeg_quality``, ``zstd_level``,
-    ``metadata``). The file appears complete or not at all; a retry with the same key and samples
-    writes the same bytes to the same name (S-13, S-14). Nothing is published until `commit`.
-    ``root`` may be an fsspec URL (``storage_options`` apply): the shard is built in the local
-    temp directory and uploaded with one PUT.
+    ``metadata``). The shard is built as a complete file at a temporary path, then published
+    whole under its name (S-13): a rename on the same file system, one PUT on an object store.
+    A retry with the same key and samples writes the same bytes (S-14) and is accepted; other
+    bytes under a name the published manifest lists are refused (SHARD_PUBLISHED). Nothing is
+    published until `commit`; until then the write's lease keeps `gc` away from the shard.
     """
-    from detfmt.writer import write  # the writer pulls in the image stack; keep it lazy
-
     rel = shard_path(key)
     for bad in ("overwrite", "workers", "progress"):
         if bad in write_options:
             raise errors.UsageError(f"write_shard does not take {bad!r}")
-    remote = is_url(root)
-    if remote:  # build locally, then one PUT: object stores make it appear whole or not at all
-        shards_dir = tempfile.gettempdir()
-        final = f"{os.fspath(root).rstrip('/')}/{rel}"
-    else:
-        shards_dir = os.path.join(os.fspath(root), SHARD_DIR)
-        final = os.path.join(os.fspath(root), rel)
+    storage = open_storage(root, storage_options)
     try:
-        os.makedirs(shards_dir, exist_ok=True)
-        work = tempfile.mkdtemp(prefix=f".tmp-{key}-", dir=shards_dir)
+        ensure_session(storage)
+        staging = storage.staging_dir(rel)
+    except errors.DetfmtError:
+        raise
     except OSError as error:
-        raise errors.WriteError(f"cannot create {shards_dir}: {error}", path=shards_dir) from error
+        raise errors.WriteError(f"cannot write to {storage.where(SHARD_DIR)}: {error}",
+                                path=storage.where(SHARD_DIR), errno=error.errno) from error
+    tmp = os.path.join(staging, temp_name(f"part-{key}.detfmt"))
     try:
-        src = os.path.join(work, "ds")
-        write(samples, src, classes=classes, codec=codec, progress=False, **write_options)
-        with Dataset(src) as ds:
-            schema = _schema_of(ds, codec)
-            num, max_boxes = len(ds), ds.header.max_boxes
-        tmp = os.path.join(work, "packed")
-        with open(tmp, "wb") as f:
-            out = _HashingWriter(f)
-            pack_directory(src, out)  # type: ignore[arg-type]
-            f.flush()
-            if not remote:
-                os.fsync(f.fileno())
-        _refuse_published_change(root, rel, out, storage_options)
-        if remote:
-            fs, base = _remote(os.fspath(root), storage_options)
-            fs.put_file(tmp, f"{base}/{rel}")
-        else:
-            os.replace(tmp, final)
-            fsync_dir(shards_dir)
+        built = _build_shard(samples, tmp, {"classes": classes, "codec": codec, **write_options})
+        publish_shard(storage, tmp, rel, Digest(built.bytes, built.xxh3_64))
     except errors.DetfmtError:
         raise  # already typed (WriteError is an OSError too)
     except OSError as error:
-        raise errors.WriteError(f"writing shard {key!r} failed: {error}", path=final) from error
+        raise errors.WriteError(f"writing shard {key!r} failed: {error}",
+                                path=storage.where(rel), errno=error.errno) from error
     finally:
-        shutil.rmtree(work, ignore_errors=True)
-    return ShardMeta(
-        key=key,
-        path=rel,
-        num_samples=num,
-        bytes=out.size,
-        xxh3_64=out.digest.hexdigest(),
-        max_boxes=max_boxes,
-        schema=schema,
-    )
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+    return ShardMeta(key=key, path=rel, num_samples=built.num_samples, bytes=built.bytes,
+                     xxh3_64=built.xxh3_64, max_boxes=built.max_boxes, schema=built.schema)
 
 
-def _published_manifest(root: str | os.PathLike[str],
-                        storage_options: Mapping[str, Any] | None) -> bytes | None:
-    """The bytes of ``root``'s published manifest.json, or None when there is none."""
-    try:
-        if is_url(root):
-            fs, base = _remote(os.fspath(root), storage_options)
-            return fs.cat_file(f"{base}/{MANIFEST_NAME}")
-        with open(os.path.join(os.fspath(root), MANIFEST_NAME), "rb") as f:
-            return f.read()
-    except FileNotFoundError:
-        return None
+def publish_shard(storage: Storage, local: str, rel: str, digest: Digest, *,
+                  move: bool = True) -> None:
+    """Store the complete local file as shard ``rel``, never changing a published shard.
 
-
-def _refuse_published_change(root: str | os.PathLike[str], rel: str, out: _HashingWriter,
-                             storage_options: Mapping[str, Any] | None) -> None:
-    """S-13: a shard the published manifest names may be rewritten with the same bytes only.
-
-    Readers of the published dataset map that file; different content under the same name would
-    change a committed dataset under them (SHARD_SIZE errors, or other samples at the same size).
-    """
-    from detfmt.shard.manifest import decode_manifest
-
-    data = _published_manifest(root, storage_options)
-    if data is None:
+    Exclusive create first. If the name is taken: identical bytes are a retry (S-14, done);
+    other bytes under a name the published manifest lists are refused (SHARD_PUBLISHED);
+    a leftover no manifest lists (a failed attempt) is replaced atomically, never in place."""
+    while True:
+        if storage.put_file(local, rel, exclusive=True, move=move):
+            return
+        try:
+            existing = storage.digest(rel, limit=digest.size)
+        except FileNotFoundError:
+            continue  # removed meanwhile (gc of a dead attempt): create it again
+        if existing == digest:
+            return
+        if rel in _published_paths(storage):
+            raise errors.TargetExistsError(
+                f"shard {rel} is named by the published manifest with other content; rewriting "
+                "it would change a committed dataset under its readers: use new keys "
+                "(key_prefix) or a new root",
+                path=storage.url,
+                rule="SHARD_PUBLISHED",
+            )
+        storage.put_file(local, rel, move=move)
         return
+
+
+def _published_paths(storage: Storage) -> set[str]:
+    """The shard paths of the root's published manifest (empty when it has none, or when it
+    is unreadable: such a manifest publishes nothing readers could use)."""
+    data, _ = storage.read_generation(MANIFEST_NAME, MAX_MANIFEST_BYTES)
+    if data is None:
+        return set()
     try:
-        listed = {s.path: s for s in decode_manifest(data).shards}
+        return {s.path for s in decode_manifest(data, storage.where(MANIFEST_NAME)).shards}
     except errors.DetfmtError:
-        return  # an unreadable manifest publishes nothing readers could use
-    entry = listed.get(rel)
-    if entry is not None and (entry.bytes, entry.xxh3_64) != (out.size, out.digest.hexdigest()):
-        raise errors.TargetExistsError(
-            f"shard {rel} is named by the published manifest with other content; rewriting it "
-            "would change a committed dataset under its readers: use new keys (key_prefix) or a "
-            "new root",
-            path=os.fspath(root),
-            rule="SHARD_PUBLISHED",
-        )
+        return set()
 
 
 def partition_key(partition: int, seq: int, prefix: str = "") -> str:
@@ -305,160 +304,105 @@ def commit(
     metadata: Mapping[str, str] | None = None,
     schema: Schema | None = None,
     storage_options: Mapping[str, Any] | None = None,
+    base: str | object | None = SESSION_BASE,
 ) -> Manifest:
-    """Publish the manifest listing ``metas`` (sorted by key), atomically (S-15).
+    """Publish the manifest listing ``metas`` (sorted by key), atomically and exclusively.
 
-    Each shard file must exist with the size its meta reports. Shards from earlier manifests or
-    failed attempts that are not listed stay on disk until `gc` removes them. For a URL root the
-    manifest is one PUT (atomic on object stores), after every shard was checked to exist.
+    A compare-and-swap on the manifest's generation (S-15): the manifest is replaced only if
+    it is still the one this write started from, ``base``. By default that is the generation
+    read when this process's write session of the root began (the first `write_shard`, or
+    `begin_write`), else the one read now. When another commit got there first this raises
+    `CommitConflictError` and publishes nothing, so no commit silently drops another's shards.
+    How the swap is made atomic depends on the storage (docs/reliability.md): a lock and a
+    rename on a file system, a conditional PUT on S3.
+
+    Each shard file must exist with the size its meta reports. Shards of earlier manifests or
+    failed attempts that are not listed stay until `gc` removes them.
     """
-    root = os.fspath(root)
-    if is_url(root):
-        fs, base = _remote(root, storage_options)
-
-        def exists(rel: str) -> bool:
-            return bool(fs.exists(f"{base}/{rel}"))
-
-        def size_of(rel: str) -> int:
-            return int(fs.info(f"{base}/{rel}")["size"])
-    else:
-
-        def exists(rel: str) -> bool:
-            return os.path.exists(os.path.join(root, rel))
-
-        def size_of(rel: str) -> int:
-            return os.stat(os.path.join(root, rel)).st_size
-
+    storage = open_storage(root, storage_options)
+    session = current_session(storage)
+    if base is SESSION_BASE:
+        base = session.base if session is not None else _generation(storage)
     metas = [m if isinstance(m, ShardMeta) else msgspec.convert(m, ShardMeta) for m in metas]
     metas.sort(key=lambda m: m.key.encode())
     keys = [m.key for m in metas]
     if len(set(keys)) != len(keys):
         raise errors.UsageError("two shards share a key", rule="SHARD_KEY")
-    if exists("header.json"):
-        raise errors.TargetExistsError("root holds a 1.0 dataset (header.json)", path=root)
+    if storage.exists("header.json"):
+        raise errors.TargetExistsError("root holds a 1.0 dataset (header.json)",
+                                       path=storage.url)
     if not metas and schema is None:
         raise errors.UsageError("commit of zero shards needs an explicit schema")
     for m in metas:
         if shard_path(m.key) != m.path:
             raise errors.UsageError(f"shard {m.key!r} path {m.path!r} does not match its key")
-        try:
-            size = size_of(m.path)
-        except FileNotFoundError as error:
-            raise errors.WriteError(f"shard {m.path} is missing", path=root) from error
-        if size != m.bytes:
-            raise errors.WriteError(
-                f"shard {m.path} has {size} bytes, meta says {m.bytes}", path=root
-            )
-    shards, first = [], 0
-    for m in metas:
-        shards.append(
-            ShardInfo(
-                path=m.path,
-                key=m.key,
-                num_samples=m.num_samples,
-                first_index=first,
-                bytes=m.bytes,
-                xxh3_64=m.xxh3_64,
-                max_boxes=m.max_boxes,
-            )
-        )
-        first += m.num_samples
-    from detfmt.version import __version__
-
+        _check_stored(storage, m.path, m.bytes)
+    shards = list_shards([(m.path, m.key, m.num_samples, m.bytes, m.xxh3_64, m.max_boxes)
+                          for m in metas])
     manifest = Manifest(
         format="detfmt",
         version=FORMAT_VERSION,
         required_features=["sharded"],
         write_id=write_id or uuid.uuid4().hex,
-        num_samples=first,
+        num_samples=sum(s.num_samples for s in shards),
         schema=schema if schema is not None else _common_schema(metas),
         shards=shards,
-        writer=f"detfmt-python {__version__}",
+        writer=writer_name(),
         metadata=dict(metadata or {}),
     )
-    try:
-        if is_url(root):
-            fs.pipe_file(f"{base}/{MANIFEST_NAME}", encode_manifest(check_manifest(manifest)))
-        else:
-            publish_manifest(root, manifest)
-    except errors.DetfmtError:
-        raise
-    except OSError as error:
-        raise errors.WriteError(f"cannot publish the manifest: {error}", path=root) from error
+    generation = publish(storage, manifest, base)  # type: ignore[arg-type]
+    if session is not None:
+        session.committed(generation)
+    remove_dead_leases(storage)  # of finished task processes (pool workers skip exit handlers)
     return manifest
 
 
-def gc(
-    root: str | os.PathLike[str],
-    *,
-    grace_seconds: float = 3600.0,
-    storage_options: Mapping[str, Any] | None = None,
-) -> list[str]:
-    """Delete shard files and temporaries the manifest does not name, older than the grace (S-16).
+def list_shards(entries: Sequence[tuple[str, str, int, int, str, int]],
+                first: int = 0) -> list[ShardInfo]:
+    """Manifest entries for ``(path, key, num_samples, bytes, xxh3_64, max_boxes)`` in the
+    given order, with consecutive first indices from ``first`` (S-5)."""
+    out = []
+    for path, key, num, size, digest, max_boxes in entries:
+        out.append(ShardInfo(path=path, key=key, num_samples=num, first_index=first,
+                             bytes=size, xxh3_64=digest, max_boxes=max_boxes))
+        first += num
+    return out
 
-    Returns the removed paths. Without a manifest nothing is published, so everything older than
-    the grace period under ``shards/`` is an orphan.
-    """
-    root = os.fspath(root)
-    if is_url(root):
-        return _gc_remote(root, grace_seconds, storage_options)
-    if not os.path.isdir(root):
-        return []
+
+def writer_name() -> str:
+    from detfmt.version import __version__
+
+    return f"detfmt-python {__version__}"
+
+
+def _generation(storage: Storage) -> str | None:
+    return storage.read_generation(MANIFEST_NAME, MAX_MANIFEST_BYTES)[1]
+
+
+def _check_stored(storage: Storage, rel: str, expected: int) -> None:
+    """The shard exists with the size its entry will declare (a manifest never names a
+    missing or partial shard, S-15)."""
     try:
-        listed = {s.path for s in read_manifest(root).shards}
-    except FileNotFoundError:
-        listed = set()
-    removed: list[str] = []
-    now = time.time()
-    shards_dir = os.path.join(root, SHARD_DIR)
-    if os.path.isdir(shards_dir):
-        for entry in os.scandir(shards_dir):
-            rel = f"{SHARD_DIR}/{entry.name}"
-            if rel in listed:
-                continue
-            with contextlib.suppress(FileNotFoundError):
-                if now - entry.stat(follow_symlinks=False).st_mtime < grace_seconds:
-                    continue
-                if entry.is_dir(follow_symlinks=False):
-                    shutil.rmtree(entry.path, ignore_errors=True)
-                else:
-                    os.unlink(entry.path)
-                removed.append(entry.path)
-    for entry in os.scandir(root):  # stale manifest temporaries from a crashed commit
-        if entry.name.startswith(".manifest.") and entry.name != MANIFEST_NAME:
-            with contextlib.suppress(FileNotFoundError):
-                if now - entry.stat().st_mtime >= grace_seconds:
-                    os.unlink(entry.path)
-                    removed.append(entry.path)
-    return sorted(removed)
+        size = storage.size(rel)
+    except FileNotFoundError as error:
+        raise errors.WriteError(f"shard {rel} is missing", path=storage.url) from error
+    except OSError as error:
+        raise errors.WriteError(f"cannot stat shard {rel}: {error}", path=storage.url,
+                                errno=error.errno) from error
+    if size != expected:
+        raise errors.WriteError(f"shard {rel} has {size} bytes, meta says {expected}",
+                                path=storage.url)
 
 
-def _gc_remote(
-    root: str, grace_seconds: float, storage_options: Mapping[str, Any] | None
-) -> list[str]:
-    """`gc` for a URL root: delete unlisted objects under ``shards/`` older than the grace."""
-    from detfmt.shard.manifest import decode_manifest
-
-    fs, base = _remote(root, storage_options)
+def publish(storage: Storage, manifest: Manifest, base: str | None) -> str:
+    """Swap ``manifest`` in if the root's manifest still has generation ``base``; returns the
+    new generation. `CommitConflictError` when another commit won; other failures are
+    `WriteError` (the old manifest stays, unless the message says it was published)."""
+    data = encode_manifest(check_manifest(manifest))
     try:
-        listed = {s.path for s in decode_manifest(fs.cat_file(f"{base}/{MANIFEST_NAME}")).shards}
-    except FileNotFoundError:
-        listed = set()
-    try:
-        entries = fs.ls(f"{base}/{SHARD_DIR}", detail=True)
-    except FileNotFoundError:
-        return []
-    removed = []
-    now = time.time()
-    for entry in entries:
-        name = entry["name"].rstrip("/")
-        if f"{SHARD_DIR}/{name.rsplit('/', 1)[-1]}" in listed:
-            continue
-        try:
-            age = now - fs.modified(name).timestamp()
-        except (NotImplementedError, FileNotFoundError, OSError):
-            age = float("inf") if grace_seconds <= 0 else 0.0
-        if age >= grace_seconds:
-            fs.rm(name, recursive=entry.get("type") == "directory")
-            removed.append(name)
-    return sorted(removed)
+        return storage.swap(MANIFEST_NAME, data, base)
+    except errors.DetfmtError:
+        raise
+    except OSError as error:
+        raise errors.WriteError(f"cannot publish the manifest: {error}", path=storage.url,
+                                errno=error.errno) from error

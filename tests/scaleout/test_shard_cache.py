@@ -14,6 +14,7 @@ from detfmt.shard.manifest import ShardInfo
 fsspec = pytest.importorskip("fsspec")
 
 from detfmt.shard.cache import ShardCache  # noqa: E402
+from detfmt.storage import open_storage  # noqa: E402
 
 
 def make_remote(tmp_path, n=6, size=1000):
@@ -38,8 +39,13 @@ def make_remote(tmp_path, n=6, size=1000):
     return str(remote), shards
 
 
+def listing(directory):
+    """The cache directory's entries, without the verification stamps."""
+    return sorted(n for n in os.listdir(directory) if not n.endswith(".verified"))
+
+
 def new_cache(tmp_path, remote, **kw):
-    return ShardCache(fsspec.filesystem("file"), remote, tmp_path / "cache", "w" * 32, **kw)
+    return ShardCache(open_storage(remote), tmp_path / "cache", **kw)
 
 
 def test_fetch_once_then_hit(tmp_path):
@@ -50,7 +56,7 @@ def test_fetch_once_then_hit(tmp_path):
         assert f.read() == bytes([2]) * 1002
     assert cache.fetch(shards[2]) == p
     assert cache.stats["downloads"] == 1 and cache.stats["hits"] == 1
-    assert sorted(os.listdir(cache.dir)) == [os.path.basename(p)]  # no tmp or lock left
+    assert listing(cache.dir) == [os.path.basename(p)]  # no tmp or lock left
     cache.close()
 
 
@@ -63,7 +69,7 @@ def test_checksum_mismatch_leaves_nothing(tmp_path):
     with pytest.raises(ShardChecksumError) as e:
         cache.fetch(bad)
     assert e.value.rule == "SHARD_CHECKSUM"
-    assert os.listdir(cache.dir) == []
+    assert listing(cache.dir) == []
     cache.close()
 
 
@@ -72,11 +78,13 @@ def test_lru_eviction_respects_limit_and_protection(tmp_path):
     cache = new_cache(tmp_path, remote, cache_limit=3100)  # room for three shards
     for s in shards[:3]:
         cache.fetch(s)
-        os.utime(cache.local_path(s), (1, 1 + shards.index(s)))  # deterministic recency
+        k = shards.index(s)
+        os.utime(cache.local_path(s), (1 + k, 1 + k))  # deterministic recency (access time)
     cache.protect([shards[0]])
     cache.fetch(shards[3])  # evicts shards[1], the oldest unprotected one
-    present = {os.path.basename(p) for p in os.listdir(cache.dir)}
-    assert "shards__part-000.detfmt" in present and "shards__part-001.detfmt" not in present
+    present = set(listing(cache.dir))
+    assert os.path.basename(cache.local_path(shards[0])) in present
+    assert os.path.basename(cache.local_path(shards[1])) not in present
     assert cache.cached_bytes() <= 3100
     assert cache.stats["evictions"] == 1
     cache.close()
@@ -95,15 +103,83 @@ def test_cache_smaller_than_window_does_not_deadlock(tmp_path):
     cache.close()
 
 
-def test_stale_lock_of_dead_process_is_broken(tmp_path):
+def _fetch_in_a_fresh_process(tmp_path, remote, shard, out):
+    import detfmt.shard.cache as cache_module
+
+    cache_module._verified.clear()  # forget what the parent verified: only the stamp is left
+    cache = new_cache(tmp_path, remote)
+    cache.fetch(shard)
+    out.put(dict(cache.stats))
+    cache.close()
+
+
+def test_a_verified_file_is_not_hashed_again_by_the_node_s_other_processes(tmp_path):
     remote, shards = make_remote(tmp_path)
-    cache = new_cache(tmp_path, remote, lock_timeout=5)
-    proc = mp.get_context("fork").Process(target=os._exit, args=(0,))
+    cache = new_cache(tmp_path, remote)
+    path = cache.fetch(shards[2])
+    ctx = mp.get_context("fork")
+    out = ctx.Queue()
+    for damaged in (False, True):
+        if damaged:  # a new version of the file: the stamp no longer matches, it is hashed
+            with open(path, "r+b") as f:
+                f.write(b"\xff")
+        proc = ctx.Process(target=_fetch_in_a_fresh_process, args=(tmp_path, remote, shards[2],
+                                                                   out))
+        proc.start()
+        stats = out.get(timeout=60)
+        proc.join(60)
+        if damaged:
+            assert stats["downloads"] == 1 and stats["verified"] == 0, stats
+        else:
+            assert stats["hits"] == 1 and stats["verified"] == 0, stats
+    with open(path, "rb") as f:
+        assert f.read() == bytes([2]) * 1002
+    cache.close()
+
+
+def _hold_lock_forever(cache_dir, name, ready):
+    """A downloader that takes a shard's lock, leaves a partial file and hangs until killed."""
+    from detfmt.storage import LocalStorage
+
+    with LocalStorage(str(cache_dir)).lock(name):
+        with open(os.path.join(cache_dir, name + ".part"), "wb") as f:
+            f.write(b"partial")
+        ready.set()
+        while True:
+            pass
+
+
+def test_dead_downloader_leaves_no_wedge(tmp_path):
+    """A downloader SIGKILLed while holding a shard's lock: the kernel drops its flock, the
+    next fetch takes over at once, removes the partial file and downloads."""
+    import signal
+
+    remote, shards = make_remote(tmp_path)
+    cache = new_cache(tmp_path, remote, lock_timeout=20)
+    name = os.path.basename(cache.local_path(shards[1]))
+    ctx = mp.get_context("fork")
+    ready = ctx.Event()
+    proc = ctx.Process(target=_hold_lock_forever, args=(cache.dir, name, ready))
     proc.start()
+    assert ready.wait(20)
+    os.kill(proc.pid, signal.SIGKILL)
     proc.join()
-    with open(cache.local_path(shards[1]) + ".lock", "w") as f:
-        f.write(str(proc.pid))
-    assert os.path.exists(cache.fetch(shards[1]))
+    with open(cache.fetch(shards[1]), "rb") as f:
+        assert f.read() == bytes([1]) * 1001
+    assert listing(cache.dir) == [name]  # no partial file, no lock left
+    cache.close()
+
+
+def test_a_leftover_lock_file_is_not_a_lock(tmp_path):
+    """Earlier versions locked by creating a file: one left behind (empty, or naming a dead
+    PID, e.g. after a full disk) must not block anything."""
+    remote, shards = make_remote(tmp_path)
+    cache = new_cache(tmp_path, remote, lock_timeout=2)
+    for content in (b"", b"1"):
+        with open(os.path.join(cache.dir, "." + os.path.basename(cache.local_path(shards[1]))
+                               + ".lock"), "wb") as f:
+            f.write(content)
+        assert os.path.exists(cache.fetch(shards[1]))
     cache.close()
 
 
@@ -137,7 +213,8 @@ def test_fetch_from_moto_s3(tmp_path, monkeypatch):
         fs = s3fs.S3FileSystem(key="k", secret="s", client_kwargs={"endpoint_url": endpoint})
         fs.call_s3("create_bucket", Bucket="bkt")
         fs.put(remote + "/shards", "bkt/ds/", recursive=True)
-        cache = ShardCache(fs, "bkt/ds", tmp_path / "cache", "a" * 32)
+        opts = {"key": "k", "secret": "s", "client_kwargs": {"endpoint_url": endpoint}}
+        cache = ShardCache(open_storage("s3://bkt/ds", opts), tmp_path / "cache")
         for s in shards:
             with open(cache.fetch(s), "rb") as f:
                 assert xxhash.xxh3_64_hexdigest(f.read()) == s.xxh3_64
@@ -153,7 +230,7 @@ def test_fetch_over_http_range_server(tmp_path):
     with http_range_server(remote) as url:
         fs = fsspec.filesystem("http")
         assert fs.cat_file(f"{url}/{shards[1].path}", start=10, end=20) == bytes([1]) * 10
-        cache = ShardCache(fs, url, tmp_path / "cache", "b" * 32)
+        cache = ShardCache(open_storage(url), tmp_path / "cache")
         with open(cache.fetch(shards[1]), "rb") as f:
             assert xxhash.xxh3_64_hexdigest(f.read()) == shards[1].xxh3_64
         cache.close()

@@ -89,6 +89,8 @@ def test_datasink_equals_direct_write_and_reads_back(tmp_path, ray_session, samp
     assert sink.manifest is not None and len(sink.manifest.shards) > PARTS  # rolled by bytes
     ref = reference(tmp_path, samples)
     assert tree_bytes(tmp_path / "ray") == tree_bytes(ref)  # byte-identical, manifest included
+    # the tasks joined the driver's write session (no leases of their own), which ended
+    assert not list((tmp_path / "ray").glob(".detfmt-lease-*"))
     ds = detfmt.open(tmp_path / "ray")
     for i in (0, 9, len(samples) - 1):
         np.testing.assert_array_equal(ds[i].image, samples[i]["image"])
@@ -117,6 +119,7 @@ def test_killed_task_is_retried_byte_identically(tmp_path, ray_session, samples)
     assert os.path.exists(tmp_path / "killed")
     ref = reference(tmp_path, samples)
     assert tree_bytes(tmp_path / "ray") == tree_bytes(ref)  # no duplicate or partial shard
+    assert not list((tmp_path / "ray").glob(".detfmt-lease-*"))  # the killed task held none
     assert detfmt.verify(tmp_path / "ray").num_samples == len(samples)
 
 

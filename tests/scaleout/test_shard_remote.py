@@ -177,6 +177,6 @@ def test_write_and_commit_straight_to_s3(tmp_path, local_root, s3):
     assert fs.cat_file("bkt/direct/manifest.json") == (local / "manifest.json").read_bytes()
     ds = detfmt.open(url, storage_options=opts, cache_dir=tmp_path / "c")
     np.testing.assert_array_equal(ds[30].image, detfmt.open(local_root)[30].image)
-    assert gc(url, grace_seconds=0, storage_options=opts) == [f"bkt/direct/{orphan.path}"]
+    assert gc(url, grace_seconds=0, storage_options=opts) == [f"{url}/{orphan.path}"]
     assert not fs.exists(f"bkt/direct/{orphan.path}")
     assert len(detfmt.open(url, storage_options=opts, cache_dir=tmp_path / "c")) == sum(SIZES)

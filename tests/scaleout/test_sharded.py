@@ -19,7 +19,7 @@ from detfmt.errors import (
     UsageError,
 )
 from detfmt.shard.manifest import MANIFEST_NAME, read_manifest
-from detfmt.shard.write import commit, gc, shard_path, write_shard
+from detfmt.shard.write import commit, end_write, gc, shard_path, write_shard
 
 SIZES = [(1, 5), (2, 0), (3, 7), (4, 4)]
 
@@ -200,6 +200,10 @@ def test_cli_gc(tmp_path, parts, capsys):
 
     commit(tmp_path, [write_shard(parts[0], tmp_path, "a", classes=CLASSES)])
     orphan = write_shard(parts[2], tmp_path, "b", classes=CLASSES)
+    assert main(["gc", str(tmp_path), "--grace", "0"]) == 0  # this write is still in progress
+    assert (tmp_path / orphan.path).exists()
+    assert "in progress" in capsys.readouterr().out
+    end_write(tmp_path)  # abandoned: its lease ends
     assert main(["gc", str(tmp_path)]) == 0  # default grace keeps young files
     assert (tmp_path / orphan.path).exists()
     assert main(["gc", str(tmp_path), "--grace", "0"]) == 0
