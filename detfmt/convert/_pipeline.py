@@ -41,8 +41,8 @@ from detfmt.convert.inputs import printable
 from detfmt.convert.report import ConversionReport, report_path
 from detfmt.errors import DetfmtError, InvalidSampleError, TargetExistsError
 
-__all__ = ["ConvertOptions", "Scan", "Source", "SourceImage", "convert_source", "resolve_frame",
-           "scan_source"]
+__all__ = ["ConvertOptions", "Scan", "Source", "SourceImage", "convert_source", "prepare_source",
+           "resolve_frame", "scan_source", "write_prepared"]
 
 Codec = Literal["auto", "raw", "zstd", "jpeg", "png"]
 OnError = Literal["error", "skip"]
@@ -192,14 +192,16 @@ class _ImageTable:
         self.orientation = np.ones(count, np.uint8)
         self.size = np.full(count, -1, np.int64)
         self.mtime = np.zeros(count, np.int64)
+        self.device = np.zeros(count, np.uint64)
+        self.inode = np.zeros(count, np.uint64)
         self.digest = np.zeros(count, np.uint64)
         self.hashed = np.zeros(count, bool)
         self.kept = np.zeros(count, bool)
 
     def grow(self, count: int) -> None:
         """More records than announced (a source that changed while being listed)."""
-        for name in ("width", "height", "orientation", "size", "mtime", "digest", "hashed",
-                     "kept"):
+        for name in ("width", "height", "orientation", "size", "mtime", "device", "inode",
+                     "digest", "hashed", "kept"):
             array = getattr(self, name)
             if len(array) < count:
                 extra = np.zeros(max(count, 2 * len(array)) - len(array), array.dtype)
@@ -238,6 +240,21 @@ def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+def _check_pool(workers: int):
+    """A spawn pool whose workers ignore Ctrl-C from their first instruction: SIGINT is
+    ignored while they are started (an ignored signal stays ignored across exec, and Python
+    then installs no KeyboardInterrupt handler), and the initializer keeps it so."""
+    context = multiprocessing.get_context("spawn")
+    try:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread: signals are not ours to change
+        return context.Pool(workers, initializer=_ignore_sigint)
+    try:
+        return context.Pool(workers, initializer=_ignore_sigint)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def _windows(items: Iterable[SourceImage], size: int) -> Iterator[list[SourceImage]]:
     window: list[SourceImage] = []
     for item in items:
@@ -262,8 +279,7 @@ def _probed(records: Iterable[SourceImage], decode: bool, workers: int
                 yield record, _check_image(record.read_path, decode)
         return
     size = 16 * workers
-    context = multiprocessing.get_context("spawn")
-    with context.Pool(workers, initializer=_ignore_sigint) as pool:
+    with _check_pool(workers) as pool:
         pending = None
         for window in _windows(records, size):
             readable = [r.read_path for r in window if r.error is None and r.read_path]
@@ -375,6 +391,7 @@ def scan_source(source: Source, options: ConvertOptions, *, decode: bool | None 
         try:
             stat = os.stat(record.read_path)
             table.size[row], table.mtime[row] = stat.st_size, stat.st_mtime_ns
+            table.device[row], table.inode[row] = stat.st_dev, stat.st_ino
             if fingerprint is not None:
                 size, digest = file_digest(record.read_path)
                 fingerprint.add(record.path, size, digest)
@@ -527,13 +544,10 @@ def save_failed(report: ConversionReport, dst: str | os.PathLike[str],
         return None
 
 
-def convert_source(source: Source, dst: str | os.PathLike[str], options: ConvertOptions
-                   ) -> ConversionReport:
-    """Scan ``source``, refuse problems and empty results, then write it to ``dst`` with its
-    card; the report is saved beside ``dst`` whatever happens (`save_failed`)."""
-    import detfmt
-
-    start = time.perf_counter()
+def prepare_source(source: Source, dst: str | os.PathLike[str], options: ConvertOptions
+                   ) -> Scan:
+    """Scan ``source`` for a conversion into ``dst`` and refuse problems and empty results
+    (`check_scan`); the report of a refused conversion is saved beside ``dst``."""
     if os.path.lexists(dst) and not options.overwrite:
         raise TargetExistsError("target exists; pass overwrite=True to replace it", path=dst)
     report = source.new_report(dst)
@@ -541,10 +555,26 @@ def convert_source(source: Source, dst: str | os.PathLike[str], options: Convert
         scan = scan_source(source, options, destination=dst)
         report = scan.report
         check_scan(scan, source, options)
+    except (DetfmtError, OSError) as error:
+        save_failed(report, dst, error)
+        raise
+    return scan
+
+
+def write_prepared(source: Source, scan: Scan, dst: str | os.PathLike[str],
+                   options: ConvertOptions) -> ConversionReport:
+    """Pass 2: write a prepared source to ``dst`` with its card; save the report beside it
+    (also when the write fails)."""
+    import detfmt
+
+    start = time.perf_counter()
+    report = scan.report
+    try:
         codec, reason = choose_codec(options.codec, scan.raw_bytes, report.images_kept)
         report.codec, report.codec_reason = codec, reason
         if options.verbose:
-            print(f"codec: {codec} ({reason})", file=sys.stderr)
+            split = f" [{source.split}]" if source.split else ""
+            print(f"codec{split}: {codec} ({reason})", file=sys.stderr)
         meta = dict(source.metadata)
         meta.update(card_metadata(options.card, source_format=source.source_format,
                                   source=source.source, split=source.split,
@@ -573,7 +603,17 @@ def convert_source(source: Source, dst: str | os.PathLike[str], options: Convert
     except (DetfmtError, OSError) as error:
         save_failed(report, dst, error)
         raise
-    report.seconds = time.perf_counter() - start
+    report.seconds += time.perf_counter() - start
     report.written = True
     report.save(report_path(dst))
     return report
+
+
+def convert_source(source: Source, dst: str | os.PathLike[str], options: ConvertOptions
+                   ) -> ConversionReport:
+    """Scan ``source``, refuse problems and empty results, then write it to ``dst`` with its
+    card; the report is saved beside ``dst`` whatever happens (`save_failed`)."""
+    start = time.perf_counter()
+    scan = prepare_source(source, dst, options)
+    scan.report.seconds = time.perf_counter() - start
+    return write_prepared(source, scan, dst, options)

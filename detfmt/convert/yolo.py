@@ -138,10 +138,10 @@ def _outcome(result: Path | ConversionError) -> tuple[Path | None, ConversionErr
     return (None, result) if isinstance(result, ConversionError) else (result, None)
 
 
-def list_tree(images: InputFolder, labels: InputFolder | None, *,
+def list_tree(images: InputFolder, labels: InputFolder | None, *, beside: bool = False,
               file_name_base: Path | None = None) -> tuple[list[YoloImage], list[Path]]:
     """Pair every image under ``images`` with ``labels/<same relative path>.txt`` (``labels``
-    None: the label file beside each image).
+    None: with ``beside``, the label file next to each image; else no label files at all).
 
     Returns (images sorted, label files without an image). Files that may not be read (outside
     the folder, not regular, undecodable names) carry their ``error``; ``file_name`` is relative
@@ -150,12 +150,13 @@ def list_tree(images: InputFolder, labels: InputFolder | None, *,
     found: list[YoloImage] = []
     keys: set[str] = set()
     label_files: dict[str, tuple[Path, Path | ConversionError]] = {}
-    label_folder = labels or images
-    for path, result in label_folder.walk(lambda name: name.endswith(".txt")):
-        if path.parent == label_folder.given and path.name in NAMES_FILES:
-            continue
-        key = path.relative_to(label_folder.given).with_suffix("").as_posix()
-        label_files.setdefault(key, (path, result))
+    label_folder = labels if labels is not None else (images if beside else None)
+    if label_folder is not None:
+        for path, result in label_folder.walk(lambda name: name.endswith(".txt")):
+            if path.parent == label_folder.given and path.name in NAMES_FILES:
+                continue
+            key = path.relative_to(label_folder.given).with_suffix("").as_posix()
+            label_files.setdefault(key, (path, result))
     for path, result in images.walk(_is_image):
         key = path.relative_to(images.given).with_suffix("").as_posix()
         keys.add(key)
