@@ -539,9 +539,11 @@ def save_failed(report: ConversionReport, dst: str | os.PathLike[str],
     path = report_path(dst, failed=os.path.lexists(dst))
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        return report.save(path)
+        report.save(path)
     except OSError:
         return None
+    error.report_path = path  # type: ignore[attr-defined]  # the CLI names it
+    return path
 
 
 def prepare_source(source: Source, dst: str | os.PathLike[str], options: ConvertOptions

@@ -53,7 +53,7 @@ def test_card_is_stored_in_the_dataset_and_shown_by_info(tmp_path, capsys):
 
 def test_fingerprint_follows_the_bytes_not_the_location(tmp_path):
     a = tmp_path / "one"
-    images, labels = _yolo(a, {"a": "0 0.5 0.5 0.2 0.2\n", "b": "0 0.2 0.2 0.1 0.1\n"})
+    _yolo(a, {"a": "0 0.5 0.5 0.2 0.2\n", "b": "0 0.2 0.2 0.1 0.1\n"})
     shutil.copytree(a, tmp_path / "two")
 
     def fingerprint(root: Path, name: str) -> str:
