@@ -425,12 +425,17 @@ def _note_duplicate_images(scan: Scan, report: ConversionReport) -> int:
     return count
 
 
-def _problems_error(report: ConversionReport) -> ConversionError:
+def _split_prefix(source: Source) -> str:
+    return f"split {source.split!r}: " if source.split else ""
+
+
+def _problems_error(report: ConversionReport, source: Source) -> ConversionError:
     skipped = sum(report.images_skipped.values())
     by_rule = ", ".join(f"{rule} {count}" for rule, count in report.images_skipped.most_common())
     first = next(issue for issue in report.issues if issue.reason in report.images_skipped)
     return ConversionError(
-        f"{skipped} of {report.images_source} source images cannot be converted ({by_rule}); "
+        f"{_split_prefix(source)}{skipped} of {report.images_source} source images cannot be "
+        f"converted ({by_rule}); "
         f"first: {first.path}: {first.detail}. Pass on_error='skip' to leave them out (each is "
         "listed in the report)", rule=first.reason, path=first.path, affected=skipped)
 
@@ -447,7 +452,8 @@ def _empty_error(report: ConversionReport, source: Source) -> ConversionError:
                + (f" ({without} have no label file, {empty} an empty one: are the labels in the "
                   "expected folder?)" if without or empty else ""))
     return ConversionError(
-        f"the conversion would keep {report.images_kept} images and {report.boxes_kept} boxes: "
+        f"{_split_prefix(source)}the conversion would keep {report.images_kept} images and "
+        f"{report.boxes_kept} boxes: "
         f"{why}. Pass allow_empty=True to write it anyway", rule="EMPTY_RESULT",
         path=source.source, affected=report.images_source)
 
@@ -457,7 +463,7 @@ def check_scan(scan: Scan, source: Source, options: ConvertOptions) -> None:
     (all of them counted), then an empty result without ``allow_empty``."""
     report = scan.report
     if options.on_error == "error" and report.images_skipped:
-        raise _problems_error(report)
+        raise _problems_error(report, source)
     if not options.allow_empty and (report.images_kept == 0 or report.boxes_kept == 0):
         raise _empty_error(report, source)
 

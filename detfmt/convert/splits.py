@@ -426,7 +426,9 @@ def _first_folder(root: Path, names: tuple[str, ...], what: str, rule: str) -> P
     for name in names:
         if (root / name).is_dir():
             return root / name
-    raise ConversionError(f"no {what} folder ({' or '.join(names)}) in {root}; pass it "
+    below = sorted(p.parent for name in names for p in root.glob(f"*/{name}") if p.is_dir())
+    hint = f" (the dataset may be {below[0]}, e.g. VOCdevkit/VOC2007)" if below else ""
+    raise ConversionError(f"no {what} folder ({' or '.join(names)}) in {root}{hint}; pass it "
                           "explicitly", rule=rule, path=root)
 
 

@@ -223,7 +223,7 @@ def list_xmls(annotations: InputFolder, ids: list[str] | None = None
                 path=annotations.given)))
             continue
         try:
-            found.append((path, annotations.resolve(path, "XML_INVALID")))
+            found.append((path, annotations.resolve(path, "LABEL_MISSING")))
         except ConversionError as error:
             found.append((path, error))
     return found

@@ -324,3 +324,20 @@ def test_shared_raccoon_image_sets(tmp_path):
     assert {k: r.images_kept for k, r in reports.items()} == {"train": 160, "test": 40}
     for split, names in expected.items():
         assert _file_names(tmp_path / "out" / split) == names
+
+
+def test_coco_single_file_of_a_standard_layout_finds_its_image_folder(tmp_path):
+    root = tmp_path / "coco"
+    save_image(root / "val2017" / "v.jpg", 40, 30)
+    js = _coco_json(root / "annotations" / "instances_val2017.json", ["v.jpg"],
+                    [{"id": 1, "name": "p"}])
+    reports = dconvert.convert("coco", js, tmp_path / "out", workers=0)
+    assert list(reports) == [""] and reports[""].images_kept == 1
+    assert (tmp_path / "out" / "header.json").is_file()  # one file: one dataset at OUT
+
+
+def test_split_names():
+    from detfmt.convert.splits import split_name
+
+    assert [split_name(n) for n in ("train2017", "val2014", "valid", "test", "train_a")] == [
+        "train", "val", "val", "test", "train_a"]
