@@ -15,6 +15,9 @@ __all__ = ["register"]
 CLI_PHRASES = {
     "split={name: path}": "--split NAME=PATH",
     "split=NAME": "--split NAME",
+    "card description": "--description",
+    "card license": "--license",
+    "card source": "--source-url",
 }
 
 

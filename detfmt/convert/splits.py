@@ -276,9 +276,10 @@ def _discover_yolo(src: Path, split: SplitSpec, images: Path | None, labels: Pat
         image_folder = InputFolder(images_dir, missing_rule="IMAGE_MISSING", what="image folder")
         entries, orphans = list_tree(image_folder, label_folder)
         if selected is not None:
-            raise ConversionError("split= selects splits of a data YAML or of images/<split> "
-                                  "folders; with explicit image and label folders define it "
-                                  "as split={name: path}", rule="USAGE")
+            raise ConversionError("a split name selects a split of a data YAML or of "
+                                  "images/<split> folders; with explicit image and label "
+                                  "folders define the splits as split={name: path}",
+                                  rule="USAGE")
         return Discovery([source(entries, orphans, None, os.fspath(images_dir))], False, hints)
     elif any(data.get(key) for key in SPLIT_KEYS):
         plans = {key: _entries(data[key], key, yaml_path) for key in SPLIT_KEYS if data.get(key)}
