@@ -136,15 +136,19 @@ def test_check_source_counts_and_writes_nothing(tmp_path, capsys):
     assert main(["convert", "yolo", str(root), "--dry-run", "--workers", "0"]) == 1
 
 
-def test_shared_chess_card_fingerprint_covers_every_file(tmp_path):
+def test_shared_chess_fingerprint_covers_every_file():
+    """The scan (the first pass of every conversion) hashes the JSON and every image."""
+    from detfmt.convert._pipeline import ConvertOptions, scan_source
+    from detfmt.convert.coco import coco_source, parse_coco
+
     root = shared_dataset("chess-coco") / "valid"
-    from_coco(root / "_annotations.coco.json", root, tmp_path / "ds", max_side=32, workers=2,
-              card={"license": "Public Domain"})
-    with detfmt.open(tmp_path / "ds") as ds:
-        meta = ds.header.metadata
+    source = coco_source(parse_coco(root / "_annotations.coco.json"), root)
+    digest, count, size = scan_source(source, ConvertOptions()).fingerprint
     files = [root / "_annotations.coco.json", *root.glob("*.jpg")]
-    assert meta["card.fingerprint_files"] == str(len(files)) == "59"
-    assert meta["card.fingerprint_bytes"] == str(sum(f.stat().st_size for f in files))
+    assert count == len(files) == 59 and size == sum(f.stat().st_size for f in files)
+    again = scan_source(coco_source(parse_coco(root / "_annotations.coco.json"), root),
+                        ConvertOptions()).fingerprint
+    assert again == (digest, count, size)
 
 
 def test_check_source_on_shared_coco128_finds_its_quirks():
