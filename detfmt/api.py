@@ -7,6 +7,7 @@ so neither reader needs to know about the other.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from typing import Any
@@ -29,13 +30,49 @@ def is_sharded_root(path: str | os.PathLike[str]) -> bool:
     return os.path.lexists(os.path.join(local, spec.MANIFEST_FILE))  # any entry (§19.2)
 
 
+SPLITS_FILE = "splits.json"  # a converted dataset with several splits (docs/converters.md)
+_MAX_SPLITS_BYTES = 1 << 20
+
+
+def read_split_index(path: str | os.PathLike[str]) -> dict[str, str] | None:
+    """Split name -> relative path of a split root's ``splits.json``, or None when ``path``
+    holds none (it is then not a split root)."""
+    from detfmt.storage import open_storage
+
+    storage = open_storage(path)
+    where = storage.where(SPLITS_FILE)
+    try:
+        data = storage.read(SPLITS_FILE, _MAX_SPLITS_BYTES)
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        return None
+    except OSError as error:
+        raise errors.UsageError(f"cannot read the split index ({error})", path=where) from error
+    try:
+        index = json.loads(data)
+        splits = {str(name): str(entry["path"]) for name, entry in index["splits"].items()}
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise errors.UsageError(f"{SPLITS_FILE} is not a split index: {error}", path=where
+                                ) from error
+    if len(data) > _MAX_SPLITS_BYTES or not all(
+            _SPLIT.match(p) for p in splits.values()):  # one plain name each, never a path
+        raise errors.UsageError(f"{SPLITS_FILE} names a split path that is not a plain name",
+                                path=where)
+    return splits
+
+
 def split_location(path: str | os.PathLike[str], split: str) -> str:
-    """Where split ``split`` (``"train"``, ``"val"``...) of a converted dataset lives: a
-    dataset at ``<path>/<split>`` (the converters' layout, docs/converters.md)."""
+    """Where split ``split`` (``"train"``, ``"val"``...) of a converted dataset lives: the path
+    its ``splits.json`` gives, else ``<path>/<split>``."""
     if not isinstance(split, str) or not _SPLIT.match(split) or split in (".", ".."):
         raise errors.UsageError(f"split must be a plain name such as 'train' or 'val', got "
                                 f"{split!r}")
     text = os.fspath(path).rstrip("/")
+    index = read_split_index(text)
+    if index is not None:
+        if split not in index:
+            raise errors.UsageError(f"no split {split!r}; this dataset has {sorted(index)}",
+                                    path=text)
+        split = index[split]
     if is_remote(text):
         return f"{text}/{split}"
     return os.path.join(text, split)
@@ -67,6 +104,11 @@ def open_dataset(path: str | os.PathLike[str], *, split: str | None = None,
     if sharded_options:
         raise errors.UsageError(f"options {sorted(sharded_options)} apply to sharded datasets "
                                 f"only, and {os.fspath(path)!r} is not one")
+    if split is None and not os.path.lexists(os.path.join(os.fspath(path), spec.HEADER_FILE)):
+        index = read_split_index(path)
+        if index is not None:
+            raise errors.UsageError(f"this folder holds several datasets (splits "
+                                    f"{sorted(index)}): open one with split=NAME", path=path)
     from detfmt.reader import Dataset
 
     return Dataset(path, max_header_bytes=max_header_bytes)

@@ -1,17 +1,23 @@
 """The ``detfmt`` command: info, validate, cleanup, and the subcommands other modules register.
 
-Exit codes: 0 success, 1 the dataset is invalid, 2 usage or I/O error.
+Exit codes: 0 success, 1 the dataset is invalid, 2 usage or I/O error, 130 interrupted (Ctrl-C:
+one line, no traceback). Every (sub)command refuses prefix abbreviations of options, shows its
+defaults in ``--help`` and suggests the closest option or command when one is mistyped.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import json
+import os
+import re
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -108,6 +114,10 @@ def _print_info(info: dict[str, Any]) -> None:
         print(f"    {name:<32} {_human(size):>10}")
     if len(files) > 24:
         print(f"    ... {len(files) - 24} more")
+    from detfmt.convert.card import card_lines  # the dataset card: license, source, report
+
+    for line in card_lines(info["metadata"]):
+        print(line)
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
@@ -143,16 +153,83 @@ def _cmd_cleanup(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Formatter(argparse.HelpFormatter):
+    """Help that shows every option's default (unless its text already states one)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if ("default" in text.lower() or default in (None, False, argparse.SUPPRESS)
+                or isinstance(action, (argparse._HelpAction, argparse._VersionAction))
+                or not (action.option_strings or action.nargs in ("?", "*"))):
+            return text
+        return f"{text} (default: %(default)s)".strip()
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser for every detfmt (sub)command: no prefix abbreviations, defaults in
+    the help, a suggestion for a mistyped option or subcommand. Subparsers are built with the
+    same class (argparse uses the parent's class), so every subcommand behaves alike."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["allow_abbrev"] = False
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras and self._subparsers is None:  # a leaf command: it knows its own options
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace, extras
+
+    def _option_strings(self) -> list[str]:
+        return [option for action in self._actions for option in action.option_strings]
+
+    def error(self, message: str) -> NoReturn:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {message}{self._suggestion(message)}\n")
+
+    def _suggestion(self, message: str) -> str:
+        choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if choice:
+            options = re.findall(r"'([^']*)'", choice.group(2))
+            close = difflib.get_close_matches(choice.group(1), options, n=1, cutoff=0.5)
+            return f"\n  did you mean {close[0]!r}?" if close else ""
+        unknown = re.search(r"unrecognized arguments: (.*)", message)
+        if unknown:
+            hints = []
+            for token in unknown.group(1).split():
+                if not token.startswith("-"):
+                    continue
+                option = token.split("=", 1)[0]
+                candidates = [o for o in self._option_strings() if o.startswith(option)]
+                candidates = candidates or difflib.get_close_matches(
+                    option, self._option_strings(), n=1, cutoff=0.6)
+                if candidates:
+                    hints.append(f"{option}: did you mean {' or '.join(candidates[:3])}?")
+            return "".join(f"\n  {hint}" for hint in hints)
+        return ""
+
+
+def _leaves(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in dict.fromkeys(action.choices.values()):
+                found += _leaves(child)
+    return found or [parser]
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="detfmt", description="detfmt dataset tools")
+    parser = _Parser(prog="detfmt", description="detfmt dataset tools")
     parser.add_argument("--version", action="version", version=_version())
-    commands = parser.add_subparsers(dest="command", required=True)
-    info = commands.add_parser("info", help="summarize a dataset")
-    info.add_argument("path")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    info = commands.add_parser("info", help="summarize a dataset (with its card)")
+    info.add_argument("path", help="the dataset")
     info.add_argument("--json", action="store_true", help="print JSON")
     info.set_defaults(run=_cmd_info)
     check = commands.add_parser("validate", help="check every rule of SPEC.md (full verify)")
-    check.add_argument("path")
+    check.add_argument("path", help="the dataset")
     check.set_defaults(run=_cmd_validate)
     clean = commands.add_parser("cleanup", help="remove temporary directories of dead writers")
     clean.add_argument("directory", help="the directory holding the dataset(s)")
@@ -163,7 +240,36 @@ def build_parser() -> argparse.ArgumentParser:
         except ImportError:
             continue
         module.register(commands)
+    for leaf in _leaves(parser):
+        leaf.set_defaults(parser=leaf)
     return parser
+
+
+def cli_spelling(text: str, parser: argparse.ArgumentParser | None) -> str:
+    """Rewrite the Python spelling of a remedy in an error message as the CLI option that
+    does the same (``on_error='skip'`` -> ``--on-error skip``, ``pass overwrite=True`` ->
+    ``pass --overwrite``), using the options of the command that ran."""
+    if parser is None:
+        return text
+    from detfmt.convert.cli import CLI_PHRASES
+
+    for phrase, spelled in CLI_PHRASES.items():
+        text = text.replace(phrase, spelled)
+    for action in parser._actions:
+        if not action.option_strings or action.dest in ("help", "version"):
+            continue
+        flag = max(action.option_strings, key=len)
+        dest = re.escape(action.dest)
+        if isinstance(action, argparse._StoreTrueAction):
+            text = re.sub(rf"\b{dest}=True\b", flag, text)
+            continue
+        text = re.sub(rf"\b{dest}=(?:'([^']*)'|\"([^\"]*)\"|([\w.-]+))",
+                      lambda m, flag=flag: f"{flag} {m.group(1) or m.group(2) or m.group(3)}",
+                      text)
+        text = re.sub(rf"\bpass {dest}\b(?!=)", f"pass {flag}", text)
+        if "_" in action.dest:
+            text = re.sub(rf"(?<![-\w]){dest}\b", flag, text)
+    return text
 
 
 def _version() -> str:
@@ -172,19 +278,42 @@ def _version() -> str:
     return f"detfmt {__version__} (format {spec.FORMAT_VERSION})"
 
 
+def _interrupt_in_parent_only() -> None:
+    """Ctrl-C reaches every process of the terminal's group. Worker processes forked from this
+    one inherit this handler and ignore it (their parent stops them), so the user sees one
+    line, not a traceback per worker; the parent raises KeyboardInterrupt as usual."""
+    parent = os.getpid()
+
+    def handler(signum: int, frame: Any) -> None:
+        if os.getpid() == parent:
+            raise KeyboardInterrupt
+
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, handler)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
     try:
-        return int(args.run(args) or 0)
-    except errors.FormatError as error:
-        print(f"detfmt: invalid dataset: {error}", file=sys.stderr)
-        return 1
-    except errors.DetfmtError as error:
-        print(f"detfmt: {error}", file=sys.stderr)
-        return 2
-    except BrokenPipeError:  # pragma: no cover - e.g. `detfmt info ds | head`
-        return 0
+        _interrupt_in_parent_only()
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        try:
+            return int(args.run(args) or 0)
+        except errors.FormatError as error:
+            print(f"detfmt: invalid dataset: {cli_spelling(str(error), args.parser)}",
+                  file=sys.stderr)
+            return 1
+        except errors.DetfmtError as error:
+            print(f"detfmt: {cli_spelling(str(error), args.parser)}", file=sys.stderr)
+            saved = getattr(error, "report_path", None)
+            if saved:
+                print(f"  report saved to {saved}", file=sys.stderr)
+            return 2
+        except BrokenPipeError:  # pragma: no cover - e.g. `detfmt info ds | head`
+            return 0
+    except KeyboardInterrupt:
+        print("detfmt: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

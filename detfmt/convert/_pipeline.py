@@ -1,9 +1,20 @@
-"""Shared conversion pipeline: source records -> checked `detfmt.write` samples + report.
+"""Shared conversion pipeline: a `Source` -> checked `detfmt.write` samples + report + card.
 
-Every converter turns its annotation files into `SourceImage` records; this module applies the
-common rules (image checks, EXIF frame, box policy, ``on_error``), picks the codec, streams the
-samples into `detfmt.write` (which decodes, resizes and encodes them in worker processes) and
-saves the report.
+Every converter describes its input as a `Source`: a function that yields `SourceImage`
+records (annotations parsed, image files located and confined), the class list and the files
+read up front. The pipeline then runs two passes over the records:
+
+1. **scan** (`scan_source`): every image header is read (with ``on_error="skip"``, or for
+   ``--check-source``, every image is decode-checked in a process pool), every file hashed for
+   the card's fingerprint, and every decision (skip, drop, clip) made and counted. Nothing is
+   written. A source with problems fails here, naming how many files are affected, before any
+   pixel is converted; so does a source that would give an empty dataset.
+2. **write** (`convert_source`): the same records again, with the decisions of the scan, are
+   streamed into `detfmt.write` (decode, resize, encode in worker processes), with the card
+   (including the complete report) in the header. A file that changed since the scan stops
+   the write (``SOURCE_CHANGED``), so the card always describes what was written.
+
+The report is saved beside the dataset in both the success and the failure case.
 """
 
 from __future__ import annotations
@@ -11,9 +22,10 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing
 import os
+import signal
 import sys
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -21,27 +33,35 @@ import numpy as np
 
 from detfmt import _image
 from detfmt.convert.boxes import apply_box_policy
+from detfmt.convert.card import DatasetCard, card_metadata
+from detfmt.convert.codec import choose_codec
 from detfmt.convert.errors import ConversionError
+from detfmt.convert.fingerprint import Fingerprint, file_digest
+from detfmt.convert.inputs import printable
 from detfmt.convert.report import ConversionReport, report_path
-from detfmt.errors import InvalidSampleError
+from detfmt.errors import DetfmtError, InvalidSampleError, TargetExistsError
 from detfmt.schema import ClassInfo
 
-__all__ = ["ConvertOptions", "SourceImage", "convert_records", "resolve_frame"]
+__all__ = ["ConvertOptions", "Scan", "Source", "SourceImage", "convert_source", "prepare_source",
+           "resolve_frame", "scan_source", "write_prepared"]
 
 Codec = Literal["auto", "raw", "zstd", "jpeg", "png"]
 OnError = Literal["error", "skip"]
 CODECS = ("auto", "raw", "zstd", "jpeg", "png")
-RAW_RAM_FRACTION = 0.5  # --codec auto: raw when the raw dataset needs at most half the RAM
 
 
 @dataclasses.dataclass
 class SourceImage:
     """One image of the source with its annotations, before any check.
 
+    ``path`` names the image as the user sees it; ``read_path`` is the resolved regular file
+    inside the image folder that will be read (None when ``error`` says why it may not be).
     ``boxes`` are float64 xyxy in the pixels of the frame the source annotated (``normalized``:
     fractions of the displayed image, as YOLO writes them); ``classes`` are contiguous ids.
     ``declared_size`` is the (width, height) the annotation file states, if any. ``error`` is a
-    problem found while parsing the labels; it is raised or makes the image skipped.
+    problem found while locating or parsing; it is raised or makes the image skipped.
+    ``label_path`` is this image's own label file (fingerprinted), ``duplicates`` the number of
+    duplicate label rows the parser removed (counted as dropped boxes).
     """
 
     path: Path
@@ -53,6 +73,9 @@ class SourceImage:
     declared_size: tuple[int, int] | None = None
     normalized: bool = False
     error: ConversionError | None = None
+    read_path: Path | None = None
+    label_path: Path | None = None
+    duplicates: int = 0
 
     @property
     def num_boxes(self) -> int:
@@ -60,8 +83,43 @@ class SourceImage:
 
 
 @dataclasses.dataclass
+class Source:
+    """One dataset to write, as a converter found it (nothing read but the annotations).
+
+    ``records(report)`` yields the `SourceImage` records in a fixed order each time it is called
+    (once per pass; notes go to the report it is given). ``prelude(report)`` accounts for what
+    lies outside the records (e.g. label files without an image). ``files`` are the annotation
+    and configuration files read up front, fingerprinted before the images; ``root`` is the
+    folder fingerprint names are relative to.
+    """
+
+    source_format: str
+    source: str
+    classes: list[tuple[str, int]]
+    count: int
+    records: Callable[[ConversionReport], Iterable[SourceImage]]
+    prelude: Callable[[ConversionReport], None] = lambda report: None
+    files: list[Path] = dataclasses.field(default_factory=list)
+    root: Path | None = None
+    metadata: dict[str, str] = dataclasses.field(default_factory=dict)
+    box_fields: dict[str, str] | None = None
+    split: str | None = None
+
+    def new_report(self, destination: str | os.PathLike[str] | None) -> ConversionReport:
+        report = ConversionReport(self.source_format, self.source,
+                                  os.fspath(destination) if destination is not None else "")
+        report.split = self.split
+        return report
+
+
+@dataclasses.dataclass
 class ConvertOptions:
-    """Options every ``from_*`` converter accepts (see their docstrings)."""
+    """Options every ``from_*`` converter accepts (see their docstrings).
+
+    ``allow_empty``: write a dataset that keeps no image or no box (refused by default, since it
+    is almost always a wrong path or layout). ``card``: a `DatasetCard` (or a mapping with its
+    fields) stored in the header; ``fingerprint``: hash every source file for the card.
+    """
 
     max_side: int | None = 1024
     codec: Codec = "auto"
@@ -71,6 +129,9 @@ class ConvertOptions:
     progress: bool | None = None
     jpeg_quality: int = 90
     verbose: bool = False
+    allow_empty: bool = False
+    card: DatasetCard | Mapping[str, Any] | None = None
+    fingerprint: bool = True
 
     def __post_init__(self) -> None:
         if self.codec not in CODECS:
@@ -80,12 +141,15 @@ class ConvertOptions:
             raise ConversionError(f"on_error must be 'error' or 'skip', got {self.on_error!r}",
                                   rule="USAGE")
         if self.max_side is not None and (not isinstance(self.max_side, int) or
-                                          self.max_side < 1):
+                                          isinstance(self.max_side, bool) or self.max_side < 1):
             raise ConversionError(f"max_side must be a positive int or None, got "
                                   f"{self.max_side!r}", rule="USAGE")
-        if not isinstance(self.workers, int) or self.workers < 0:
+        if (not isinstance(self.workers, int) or isinstance(self.workers, bool)
+                or self.workers < 0):
             raise ConversionError(f"workers must be an int >= 0, got {self.workers!r}",
                                   rule="USAGE")
+        self.card = DatasetCard.coerce(self.card)
+        self.card.check()
 
 
 def resolve_frame(
@@ -116,7 +180,52 @@ def resolve_frame(
     return True, display_w, display_h
 
 
-def _check(path: Path, full: bool) -> _image.ImageInfo | InvalidSampleError:
+# ---------------------------------------------------------------------------- pass 1: scan
+
+
+class _ImageTable:
+    """What the scan learnt about each image, kept compactly (about 40 bytes per image) so the
+    write pass needs neither a second header read nor a second decode check."""
+
+    def __init__(self, count: int) -> None:
+        self.width = np.zeros(count, np.int32)
+        self.height = np.zeros(count, np.int32)
+        self.orientation = np.ones(count, np.uint8)
+        self.size = np.full(count, -1, np.int64)
+        self.mtime = np.zeros(count, np.int64)
+        self.device = np.zeros(count, np.uint64)
+        self.inode = np.zeros(count, np.uint64)
+        self.digest = np.zeros(count, np.uint64)
+        self.hashed = np.zeros(count, bool)
+        self.kept = np.zeros(count, bool)
+
+    def grow(self, count: int) -> None:
+        """More records than announced (a source that changed while being listed)."""
+        for name in ("width", "height", "orientation", "size", "mtime", "device", "inode",
+                     "digest", "hashed", "kept"):
+            array = getattr(self, name)
+            if len(array) < count:
+                extra = np.zeros(max(count, 2 * len(array)) - len(array), array.dtype)
+                setattr(self, name, np.concatenate([array, extra]))
+
+    def info(self, row: int) -> _image.ImageInfo:
+        return _image.ImageInfo(int(self.width[row]), int(self.height[row]),
+                                int(self.orientation[row]))
+
+
+@dataclasses.dataclass
+class Scan:
+    """The result of the scan pass: the full report, per-image facts and the fingerprint."""
+
+    report: ConversionReport
+    table: _ImageTable
+    records: int
+    fingerprint: tuple[str, int, int] | None
+    duplicate_images: int = 0
+    raw_bytes: int = 0
+
+
+def _check_image(path: Path, full: bool) -> _image.ImageInfo | InvalidSampleError:
     try:
         return _image.check_decodes(path) if full else _image.probe_image(path)
     except InvalidSampleError as error:
@@ -124,7 +233,27 @@ def _check(path: Path, full: bool) -> _image.ImageInfo | InvalidSampleError:
 
 
 def _check_full(path: Path) -> _image.ImageInfo | InvalidSampleError:
-    return _check(path, True)
+    return _check_image(path, True)
+
+
+def _ignore_sigint() -> None:
+    """Pool workers leave Ctrl-C to the parent (which ends the pool): no traceback per worker."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _check_pool(workers: int):
+    """A spawn pool whose workers ignore Ctrl-C from their first instruction: SIGINT is
+    ignored while they are started (an ignored signal stays ignored across exec, and Python
+    then installs no KeyboardInterrupt handler), and the initializer keeps it so."""
+    context = multiprocessing.get_context("spawn")
+    try:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread: signals are not ours to change
+        return context.Pool(workers, initializer=_ignore_sigint)
+    try:
+        return context.Pool(workers, initializer=_ignore_sigint)
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _windows(items: Iterable[SourceImage], size: int) -> Iterator[list[SourceImage]]:
@@ -138,80 +267,209 @@ def _windows(items: Iterable[SourceImage], size: int) -> Iterator[list[SourceIma
         yield window
 
 
-def _probed(
-    records: Iterable[SourceImage], options: ConvertOptions
-) -> Iterator[tuple[SourceImage, _image.ImageInfo | InvalidSampleError]]:
-    """Attach header info to each record; with ``on_error="skip"`` also decode-check each image
-    (in a process pool, one window ahead) so a corrupt file can be skipped before the writer
-    sees it. Memory stays bounded by the window size."""
-    if options.on_error != "skip" or options.workers < 1:
-        full = options.on_error == "skip"
+def _probed(records: Iterable[SourceImage], decode: bool, workers: int
+            ) -> Iterator[tuple[SourceImage, _image.ImageInfo | InvalidSampleError | None]]:
+    """Attach header info to each record whose image may be read (None for the others); with
+    ``decode`` also decode-check each image, in a process pool one window ahead when
+    ``workers`` > 0. Memory stays bounded by the window size."""
+    if not decode or workers < 1:
         for record in records:
-            yield record, _check(record.path, full)
+            if record.error is not None or record.read_path is None:
+                yield record, None
+            else:
+                yield record, _check_image(record.read_path, decode)
         return
-    size = 16 * options.workers
-    context = multiprocessing.get_context("spawn")
-    with context.Pool(options.workers) as pool:
+    size = 16 * workers
+    with _check_pool(workers) as pool:
         pending = None
         for window in _windows(records, size):
-            job = pool.map_async(_check_full, [r.path for r in window], chunksize=4)
+            readable = [r.read_path for r in window if r.error is None and r.read_path]
+            job = pool.map_async(_check_full, readable, chunksize=4)
             if pending is not None:
-                yield from zip(pending[0], pending[1].get(), strict=True)
+                yield from _merge(*pending)
             pending = (window, job)
         if pending is not None:
-            yield from zip(pending[0], pending[1].get(), strict=True)
+            yield from _merge(*pending)
 
 
-def _fail_or_skip(
-    error: ConversionError, record: SourceImage, report: ConversionReport, options: ConvertOptions
-) -> None:
-    if options.on_error == "error":
-        raise error
+def _merge(window: list[SourceImage], job) -> Iterator[tuple[SourceImage, Any]]:
+    results = iter(job.get())
+    for record in window:
+        if record.error is not None or record.read_path is None:
+            yield record, None
+        else:
+            yield record, next(results)
+
+
+def _skip(report: ConversionReport, error: DetfmtError, record: SourceImage) -> None:
     report.skip_image(error.rule or "error", error.path or record.path, error.message,
-                      record.num_boxes)
+                      record.num_boxes + record.duplicates)
 
 
-def _samples(
-    records: Iterable[SourceImage], report: ConversionReport, options: ConvertOptions
-) -> Iterator[dict[str, Any]]:
-    for record, info in _probed(records, options):
-        report.images_source += 1
-        report.boxes_source += record.num_boxes
-        if record.error is not None:
-            _fail_or_skip(record.error, record, report, options)
+def _decide(record: SourceImage, info: _image.ImageInfo | InvalidSampleError | None,
+            report: ConversionReport, *, decode_unrotated: bool) -> dict[str, Any] | None:
+    """Apply every rule to one record: the sample to write, or None when the image is skipped
+    (each decision counted in ``report``)."""
+    report.images_source += 1
+    report.boxes_source += record.num_boxes + record.duplicates
+    if record.error is not None:
+        _skip(report, record.error, record)
+        return None
+    if info is None:
+        _skip(report, ConversionError("image not readable", rule="IMAGE_MISSING",
+                                      path=record.path), record)
+        return None
+    if isinstance(info, InvalidSampleError):
+        error = ConversionError(info.message, rule=info.rule, path=record.path)
+        _skip(report, error, record)
+        return None
+    transpose, width, height = resolve_frame(info, record.declared_size, report, record.path)
+    image: Any = record.read_path
+    if not transpose and decode_unrotated:  # rare (see resolve_frame): decoded here, un-rotated
+        try:
+            image = _image.load_rgb(record.read_path, exif_transpose=False)
+        except InvalidSampleError as cause:
+            raise ConversionError(cause.message, rule=cause.rule, path=record.path) from cause
+    report.drop_boxes("box_duplicate", record.label_path or record.path, record.duplicates,
+                      "the same row more than once in the label file")
+    boxes = record.boxes.astype(np.float64, copy=True).reshape(-1, 4)
+    if record.normalized:
+        boxes *= np.array([width, height, width, height], dtype=np.float64)
+    boxes, keep = apply_box_policy(boxes, width, height, report, record.path)
+    sample: dict[str, Any] = {
+        "image": image,
+        "boxes": boxes[keep],
+        "classes": np.asarray(record.classes, dtype=np.int32)[keep],
+        "file_name": record.file_name,
+    }
+    if record.source_id is not None:
+        sample["source_id"] = int(record.source_id)
+    for name, values in record.fields.items():
+        sample[name] = np.asarray(values)[keep]
+    report.images_kept += 1
+    report.boxes_kept += int(keep.sum())
+    return sample
+
+
+def _add_files(fingerprint: Fingerprint | None, files: Iterable[Path]) -> None:
+    if fingerprint is None:
+        return
+    for path in files:
+        try:
+            fingerprint.add_file(path)
+        except OSError as error:
+            raise ConversionError(f"cannot read: {error.strerror}", rule="SOURCE_CHANGED",
+                                  path=path) from error
+
+
+def scan_source(source: Source, options: ConvertOptions, *, decode: bool | None = None,
+                destination: str | os.PathLike[str] | None = None) -> Scan:
+    """Pass 1: read the annotations and every image header, hash every file, make and count
+    every decision; write nothing. ``decode`` (default: with ``on_error="skip"``) also
+    decode-checks every image so corrupt ones are counted."""
+    decode = options.on_error == "skip" if decode is None else decode
+    report = source.new_report(destination)
+    report.max_side, report.workers = options.max_side, options.workers
+    report.classes = [{"id": i, "name": n, "source_id": int(s)}
+                      for i, (n, s) in enumerate(source.classes)]
+    fingerprint = Fingerprint(source.root) if options.fingerprint else None
+    _add_files(fingerprint, source.files)
+    source.prelude(report)
+    table = _ImageTable(source.count)
+    raw_bytes = 0
+    row = -1
+    for row, (record, info) in enumerate(_probed(source.records(report), decode,
+                                                 options.workers)):
+        table.grow(row + 1)
+        if fingerprint is not None and record.label_path is not None:
+            _add_files(fingerprint, [record.label_path])
+        sample = _decide(record, info, report, decode_unrotated=False)
+        if sample is None or not isinstance(info, _image.ImageInfo):
             continue
-        if isinstance(info, InvalidSampleError):
-            error = ConversionError(info.message, rule=info.rule, path=record.path)
-            error.__cause__ = info
-            _fail_or_skip(error, record, report, options)
-            continue
-        transpose, width, height = resolve_frame(info, record.declared_size, report, record.path)
-        image: Any = record.path
-        if not transpose:  # rare (see resolve_frame): decoded here, un-rotated
-            try:
-                image = _image.load_rgb(record.path, exif_transpose=False)
-            except InvalidSampleError as cause:
-                error = ConversionError(cause.message, rule=cause.rule, path=record.path)
-                error.__cause__ = cause
-                _fail_or_skip(error, record, report, options)
-                continue
-        boxes = record.boxes.astype(np.float64, copy=True).reshape(-1, 4)
-        if record.normalized:
-            boxes *= np.array([width, height, width, height], dtype=np.float64)
-        boxes, keep = apply_box_policy(boxes, width, height, report, record.path)
-        sample: dict[str, Any] = {
-            "image": image,
-            "boxes": boxes[keep],
-            "classes": np.asarray(record.classes, dtype=np.int32)[keep],
-            "file_name": record.file_name,
-        }
-        if record.source_id is not None:
-            sample["source_id"] = int(record.source_id)
-        for name, values in record.fields.items():
-            sample[name] = np.asarray(values)[keep]
-        report.images_kept += 1
-        report.boxes_kept += int(keep.sum())
-        yield sample
+        table.kept[row] = True
+        table.width[row], table.height[row] = info.width, info.height
+        table.orientation[row] = info.orientation
+        try:
+            stat = os.stat(record.read_path)
+            table.size[row], table.mtime[row] = stat.st_size, stat.st_mtime_ns
+            table.device[row], table.inode[row] = stat.st_dev, stat.st_ino
+            if fingerprint is not None:
+                size, digest = file_digest(record.read_path)
+                fingerprint.add(record.path, size, digest)
+                table.digest[row] = int.from_bytes(digest[:8], "little")
+                table.hashed[row] = True
+        except OSError as error:
+            raise ConversionError(f"changed while scanned: {error.strerror}",
+                                  rule="SOURCE_CHANGED", path=record.path) from error
+        width, height = info.display_size
+        h, w = _image.scaled_size(height, width, options.max_side)
+        raw_bytes += h * w * 3 + 32  # + average alignment padding
+    scan = Scan(report, table, row + 1,
+                (fingerprint.hexdigest(), fingerprint.files, fingerprint.bytes)
+                if fingerprint is not None else None, raw_bytes=raw_bytes)
+    scan.duplicate_images = _note_duplicate_images(scan, report)
+    return scan
+
+
+def _note_duplicate_images(scan: Scan, report: ConversionReport) -> int:
+    """Count kept images whose bytes equal an earlier kept image's (a note: both are kept)."""
+    rows = np.flatnonzero(scan.table.hashed[:scan.records])
+    if len(rows) < 2:
+        return 0
+    digests = scan.table.digest[rows]
+    order = np.argsort(digests, kind="stable")
+    repeated = np.zeros(len(rows), bool)
+    repeated[order[1:]] = digests[order[1:]] == digests[order[:-1]]
+    count = int(repeated.sum())
+    if count:
+        report.note("duplicate_image", None, count=count)
+    return count
+
+
+def _split_prefix(source: Source) -> str:
+    return f"split {source.split!r}: " if source.split else ""
+
+
+def _problems_error(report: ConversionReport, source: Source) -> ConversionError:
+    skipped = sum(report.images_skipped.values())
+    by_rule = ", ".join(f"{rule} {count}" for rule, count in report.images_skipped.most_common())
+    first = next(issue for issue in report.issues if issue.reason in report.images_skipped)
+    return ConversionError(
+        f"{_split_prefix(source)}{skipped} of {report.images_source} source images cannot be "
+        f"converted ({by_rule}); "
+        f"first: {first.path}: {first.detail}. Pass on_error='skip' to leave them out (each is "
+        "listed in the report)", rule=first.reason, path=first.path, affected=skipped)
+
+
+def _empty_error(report: ConversionReport, source: Source) -> ConversionError:
+    if report.images_source == 0:
+        why = f"no images were found in {source.source}"
+    elif report.images_kept == 0:
+        why = f"all {report.images_source} images were skipped"
+    else:
+        without = report.notes.get("image_without_label", 0)
+        empty = report.notes.get("empty_label_file", 0)
+        why = (f"none of the {report.images_kept} kept images has a box"
+               + (f" ({without} have no label file, {empty} an empty one: are the labels in the "
+                  "expected folder?)" if without or empty else ""))
+    return ConversionError(
+        f"{_split_prefix(source)}the conversion would keep {report.images_kept} images and "
+        f"{report.boxes_kept} boxes: "
+        f"{why}. Pass allow_empty=True to write it anyway", rule="EMPTY_RESULT",
+        path=source.source, affected=report.images_source)
+
+
+def check_scan(scan: Scan, source: Source, options: ConvertOptions) -> None:
+    """Refuse, after the scan, what must not be written: problems with ``on_error="error"``
+    (all of them counted), then an empty result without ``allow_empty``."""
+    report = scan.report
+    if options.on_error == "error" and report.images_skipped:
+        raise _problems_error(report, source)
+    if not options.allow_empty and (report.images_kept == 0 or report.boxes_kept == 0):
+        raise _empty_error(report, source)
+
+
+# ---------------------------------------------------------------------------- pass 2: write
 
 
 class _Sized:
@@ -227,85 +485,108 @@ class _Sized:
         return self.count
 
 
-def estimate_raw_bytes(paths: Sequence[Path], count: int, max_side: int | None,
-                       sample: int = 256) -> tuple[int, int]:
-    """Estimate the raw (decoded, resized) size of ``count`` images from up to ``sample`` evenly
-    spaced headers. Returns (bytes, images probed)."""
-    if count == 0 or not paths:
-        return 0, 0
-    step = max(1, len(paths) // sample)
-    total, probed = 0, 0
-    for path in paths[::step][:sample]:
-        try:
-            info = _image.probe_image(path)
-        except InvalidSampleError:
+def _changed(record: SourceImage, why: str) -> ConversionError:
+    return ConversionError(f"the source changed since it was scanned ({why}); run the "
+                           "conversion again", rule="SOURCE_CHANGED", path=record.path)
+
+
+def _replay(source: Source, scan: Scan) -> Iterator[dict[str, Any]]:
+    """The samples of pass 2: the scan's decisions applied again to fresh records."""
+    report = source.new_report(None)
+    source.prelude(report)
+    table = scan.table
+    row = -1
+    for row, record in enumerate(source.records(report)):
+        if row >= scan.records:
+            raise _changed(record, "more images than scanned")
+        info = table.info(row) if table.kept[row] else None
+        if info is not None and record.error is None and record.read_path is not None:
+            try:
+                stat = os.stat(record.read_path)
+            except OSError as error:
+                raise _changed(record, error.strerror or "gone") from error
+            if (stat.st_size, stat.st_mtime_ns) != (table.size[row], table.mtime[row]):
+                raise _changed(record, "size or modification time differs")
+        elif info is not None:
+            raise _changed(record, "no longer readable")
+        if info is None and record.error is None:  # skipped by the scan for its image
+            report.images_source += 1
+            report.boxes_source += record.num_boxes + record.duplicates
+            report.skip_image("scanned", record.path, "", record.num_boxes + record.duplicates)
             continue
-        width, height = info.display_size
-        h, w = _image.scaled_size(height, width, max_side)
-        total += h * w * 3 + 32  # + average alignment padding
-        probed += 1
-    return (total * count // probed if probed else 0), probed
-
-
-def total_ram() -> int:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return 8 << 30
-
-
-def choose_codec(options: ConvertOptions, paths: Sequence[Path], count: int) -> tuple[str, str]:
-    """Resolve ``codec="auto"``: raw when the raw dataset fits in half the RAM, else JPEG.
-
-    Raw reads ~9x faster than JPEG while cached; JPEG is 9-15x smaller and as fast once the data
-    no longer fits the page cache (measurements in docs/converters.md)."""
-    if options.codec != "auto":
-        return options.codec, "requested"
-    estimate, probed = estimate_raw_bytes(paths, count, options.max_side)
-    ram = total_ram()
-    choice = "raw" if estimate <= RAW_RAM_FRACTION * ram else "jpeg"
-    reason = (f"auto: raw size ~{estimate / 2**30:.2f} GiB for {count} images (from {probed} "
-              f"headers), RAM {ram / 2**30:.1f} GiB -> {choice} "
-              f"({'fits' if choice == 'raw' else 'exceeds'} {RAW_RAM_FRACTION:.0%} of RAM)")
-    return choice, reason
+        sample = _decide(record, info, report, decode_unrotated=True)
+        if sample is not None:
+            yield sample
+    expected = scan.report
+    if (row + 1, report.images_kept, report.boxes_kept) != (
+            scan.records, expected.images_kept, expected.boxes_kept):
+        raise ConversionError(
+            f"the source changed since it was scanned ({report.images_kept} images / "
+            f"{report.boxes_kept} boxes now, {expected.images_kept} / {expected.boxes_kept} "
+            "then); run the conversion again", rule="SOURCE_CHANGED", path=source.source)
 
 
 def _class_infos(classes: Sequence[tuple[str, int]]) -> list[ClassInfo]:
     return [ClassInfo(name=name, source_id=int(source_id)) for name, source_id in classes]
 
 
-def convert_records(
-    records: Iterable[SourceImage],
-    *,
-    count: int,
-    paths: Sequence[Path],
-    classes: Sequence[tuple[str, int]],
-    dst: str | os.PathLike[str],
-    report: ConversionReport,
-    options: ConvertOptions,
-    metadata: dict[str, str] | None = None,
-    box_fields: dict[str, str] | None = None,
-) -> ConversionReport:
-    """Stream ``records`` (``count`` of them; ``paths`` their image files, for the codec
-    estimate) into a detfmt dataset at ``dst`` and save the report beside it."""
+def save_failed(report: ConversionReport, dst: str | os.PathLike[str],
+                error: BaseException) -> Path | None:
+    """Save the report of a conversion that did not publish, so the problems stay listed.
+
+    Beside an existing dataset (a failed overwrite) it goes to ``<dst>.failed.report.json``,
+    so the report of the dataset that is still there is kept."""
+    report.error = f"{type(error).__name__}: {printable(str(error))}"
+    report.written = False
+    path = report_path(dst, failed=os.path.lexists(dst))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        report.save(path)
+    except OSError:
+        return None
+    error.report_path = path  # type: ignore[attr-defined]  # the CLI names it
+    return path
+
+
+def prepare_source(source: Source, dst: str | os.PathLike[str], options: ConvertOptions
+                   ) -> Scan:
+    """Scan ``source`` for a conversion into ``dst`` and refuse problems and empty results
+    (`check_scan`); the report of a refused conversion is saved beside ``dst``."""
+    if os.path.lexists(dst) and not options.overwrite:
+        raise TargetExistsError("target exists; pass overwrite=True to replace it", path=dst)
+    report = source.new_report(dst)
+    try:
+        scan = scan_source(source, options, destination=dst)
+        report = scan.report
+        check_scan(scan, source, options)
+    except (DetfmtError, OSError) as error:
+        save_failed(report, dst, error)
+        raise
+    return scan
+
+
+def write_prepared(source: Source, scan: Scan, dst: str | os.PathLike[str],
+                   options: ConvertOptions) -> ConversionReport:
+    """Pass 2: write a prepared source to ``dst`` with its card; save the report beside it
+    (also when the write fails)."""
     from detfmt.writer import write  # the writer (and Pillow) load when a conversion runs
 
     start = time.perf_counter()
-    codec, reason = choose_codec(options, paths, count)
-    report.codec, report.codec_reason = codec, reason
-    report.max_side, report.workers = options.max_side, options.workers
-    report.classes = [{"id": i, "name": n, "source_id": int(s)}
-                      for i, (n, s) in enumerate(classes)]
-    if options.verbose:
-        print(f"codec: {codec} ({reason})", file=sys.stderr)
-    meta = {"detfmt.convert.source_format": report.source_format,
-            "detfmt.convert.source": report.source}
-    meta.update(metadata or {})
+    report = scan.report
     try:
+        codec, reason = choose_codec(options.codec, scan.raw_bytes, report.images_kept)
+        report.codec, report.codec_reason = codec, reason
+        if options.verbose:
+            split = f" [{source.split}]" if source.split else ""
+            print(f"codec{split}: {codec} ({reason})", file=sys.stderr)
+        meta = dict(source.metadata)
+        meta.update(card_metadata(options.card, source_format=source.source_format,
+                                  source=source.source, split=source.split,
+                                  fingerprint=scan.fingerprint, report=report))
         write(
-            _Sized(_samples(records, report, options), count),
+            _Sized(_replay(source, scan), report.images_kept),
             dst,
-            classes=_class_infos(classes),
+            classes=_class_infos(source.classes),
             codec=codec,
             max_side=options.max_side,
             overwrite=options.overwrite,
@@ -313,15 +594,30 @@ def convert_records(
             jpeg_quality=options.jpeg_quality,
             progress=options.progress,
             metadata=meta,
-            **({"box_fields": box_fields} if box_fields else {}),
+            **({"box_fields": source.box_fields} if source.box_fields else {}),
         )
     except InvalidSampleError as error:
-        if error.rule in ("IMAGE_INVALID", "IMAGE_MISSING") and not isinstance(
-                error, ConversionError):
-            raise ConversionError(error.message, rule=error.rule,
-                                  path=error.path, index=error.index) from error
+        if isinstance(error, ConversionError):
+            save_failed(report, dst, error)
+            raise
+        wrapped = ConversionError(error.message, rule=error.rule, path=error.path,
+                                  index=error.index)
+        save_failed(report, dst, wrapped)
+        raise wrapped from error
+    except (DetfmtError, OSError) as error:
+        save_failed(report, dst, error)
         raise
-    report.seconds = time.perf_counter() - start
+    report.seconds += time.perf_counter() - start
     report.written = True
     report.save(report_path(dst))
     return report
+
+
+def convert_source(source: Source, dst: str | os.PathLike[str], options: ConvertOptions
+                   ) -> ConversionReport:
+    """Scan ``source``, refuse problems and empty results, then write it to ``dst`` with its
+    card; the report is saved beside ``dst`` whatever happens (`save_failed`)."""
+    start = time.perf_counter()
+    scan = prepare_source(source, dst, options)
+    scan.report.seconds = time.perf_counter() - start
+    return write_prepared(source, scan, dst, options)

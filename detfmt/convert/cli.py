@@ -5,15 +5,79 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
-from pathlib import Path
+from typing import Any
 
 from detfmt.convert.errors import ConversionError
 
 __all__ = ["register"]
 
+#: Library phrases that have their own CLI spelling (detfmt/cli.py rewrites the rest).
+CLI_PHRASES = {
+    "split={name: path}": "--split NAME=PATH",
+    "split=NAME": "--split NAME",
+    "card description": "--description",
+    "card license": "--license",
+    "card source": "--source-url",
+}
 
-def _options(args: argparse.Namespace) -> dict:
+
+def _positive(text: str) -> int:
+    value = _integer(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    value = _integer(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def _max_side(text: str) -> int:
+    value = _non_negative(text)
+    if value > 16384:
+        raise argparse.ArgumentTypeError(f"must be at most 16384 (0: keep the size), got {value}")
+    return value
+
+
+def _quality(text: str) -> int:
+    value = _integer(text)
+    if not 1 <= value <= 100:
+        raise argparse.ArgumentTypeError(f"must be in 1..100, got {value}")
+    return value
+
+
+def _integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+
+
+def _split_spec(values: list[str] | None) -> Any:
+    if not values:
+        return None
+    defined = ["=" in value for value in values]
+    if any(defined) and not all(defined):
+        raise ConversionError("--split takes either names (--split val) or definitions "
+                              "(--split val=FILE), not both", rule="USAGE")
+    if all(defined):
+        spec: dict[str, str] = {}
+        for value in values:
+            name, path = value.split("=", 1)
+            if name in spec:
+                raise ConversionError(f"--split {name} is defined twice", rule="USAGE")
+            spec[name] = path
+        return spec
+    return values
+
+
+def _options(args: argparse.Namespace) -> dict[str, Any]:
+    card = {key: value for key, value in (("license", args.license),
+                                          ("description", args.description),
+                                          ("source", args.source_url)) if value is not None}
     return {
         "max_side": args.max_side or None,
         "codec": args.codec,
@@ -23,67 +87,50 @@ def _options(args: argparse.Namespace) -> dict:
         "progress": False if args.no_progress else None,
         "jpeg_quality": args.jpeg_quality,
         "verbose": True,
+        "allow_empty": args.allow_empty,
+        "card": card or None,
+        "fingerprint": not args.no_fingerprint,
     }
 
 
-def _finish(report) -> int:
+def _sources(args: argparse.Namespace) -> dict[str, Any]:
+    """The discovery arguments of one subcommand."""
+    classes = None
+    if getattr(args, "classes", None):
+        classes = [c.strip() for c in args.classes.split(",") if c.strip()]
+    return {
+        "split": _split_spec(args.split),
+        "images": args.images,
+        "labels": getattr(args, "labels", None),
+        "names": getattr(args, "names", None),
+        "annotations": getattr(args, "annotations", None),
+        "classes": classes,
+    }
+
+
+def _cmd_convert(args: argparse.Namespace) -> int:
+    from detfmt.convert.api import check_source, convert
     from detfmt.convert.report import report_path
 
-    print(report.summary())
-    print(f"  report saved to {report_path(report.destination)}")
+    if args.check_source:
+        check = check_source(args.source_format, args.src, workers=args.workers,
+                             max_side=args.max_side or None, allow_empty=args.allow_empty,
+                             **_sources(args))
+        for line in check.lines():
+            print(line)
+        print("nothing written (--check-source)")
+        return 0 if check.ok else 1
+    if args.dst is None:
+        args.parser.error("the following arguments are required: DST (or pass --check-source)")
+    reports = convert(args.source_format, args.src, args.dst, allow_overlap=args.allow_overlap,
+                      **_sources(args), **_options(args))
+    for report in reports.values():
+        print(report.summary())
+        print(f"  report saved to {report_path(report.destination)}")
+    if len(reports) > 1 or os.path.isfile(os.path.join(args.dst, "splits.json")):
+        print(f"splits {', '.join(reports)} written under {args.dst} (index: "
+              f"{os.path.join(args.dst, 'splits.json')})")
     return 0
-
-
-def _first_existing(root: Path, names: tuple[str, ...], what: str) -> Path:
-    for name in names:
-        if (root / name).is_dir():
-            return root / name
-    raise ConversionError(f"no {what} folder ({' or '.join(names)}) in {root}; pass it "
-                          "explicitly", rule="USAGE", path=root)
-
-
-def _cmd_coco(args: argparse.Namespace) -> int:
-    from detfmt.convert.coco import from_coco
-
-    images = Path(args.images) if args.images else Path(args.annotations).parent
-    return _finish(from_coco(args.annotations, images, args.dst, **_options(args)))
-
-
-def _yolo_names(root: Path, labels: Path) -> Path | None:
-    for candidate in (root / "data.yaml", root / "dataset.yaml"):
-        if candidate.is_file():
-            return candidate
-    yamls = sorted([*root.glob("*.yaml"), *root.glob("*.yml"), *root.glob("*/*.yaml")])
-    if yamls:
-        return yamls[0]
-    return labels / "classes.txt" if (labels / "classes.txt").is_file() else None
-
-
-def _cmd_yolo(args: argparse.Namespace) -> int:
-    from detfmt.convert.yolo import from_yolo
-
-    src = Path(args.src)
-    root = src.parent if src.is_file() else src
-    images = Path(args.images) if args.images else root / "images"
-    labels = Path(args.labels) if args.labels else root / "labels"
-    names = args.names or (src if src.is_file() else _yolo_names(root, labels))
-    if names is None:
-        raise ConversionError("no class names found: pass --names (data YAML or names file)",
-                              rule="NAMES_MISSING", path=root)
-    print(f"yolo: images {images}, labels {labels}, names {names}", file=sys.stderr)
-    return _finish(from_yolo(images, labels, args.dst, names=names, **_options(args)))
-
-
-def _cmd_voc(args: argparse.Namespace) -> int:
-    from detfmt.convert.voc import from_voc
-
-    src = Path(args.src)
-    annotations = (Path(args.annotations) if args.annotations else
-                   _first_existing(src, ("Annotations", "annotations"), "annotations"))
-    images = (Path(args.images) if args.images else
-              _first_existing(src, ("JPEGImages", "images"), "images"))
-    classes = [c.strip() for c in args.classes.split(",")] if args.classes else None
-    return _finish(from_voc(annotations, images, args.dst, classes=classes, **_options(args)))
 
 
 def _cmd_export_coco(args: argparse.Namespace) -> int:
@@ -104,55 +151,100 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("dst", help="the detfmt dataset directory to create")
-    parser.add_argument("--max-side", type=int, default=1024,
+    parser.add_argument("dst", metavar="DST", nargs="?",
+                        help="the detfmt dataset to create; with splits, the folder that gets "
+                        "one dataset per split (DST/train, DST/val, ...)")
+    parser.add_argument("--split", action="append", metavar="NAME[=PATH]",
+                        help="convert only split NAME, written directly at DST (repeat for "
+                        "several: DST/NAME each); NAME=PATH defines a split (an annotation "
+                        "file, an image folder or list, an image-set list) (default: every "
+                        "split the source defines)")
+    parser.add_argument("--max-side", type=_max_side, default=1024,
                         help="shrink images so the long side is at most this (0: keep size)")
     parser.add_argument("--codec", default="auto", choices=("auto", "raw", "zstd", "jpeg", "png"),
                         help="auto: raw if the raw dataset fits in half the RAM, else jpeg")
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
-                        help="decode/resize/encode processes (default: all CPUs)")
+    parser.add_argument("--workers", type=_non_negative, default=os.cpu_count() or 1,
+                        help="decode/resize/encode processes (default: all CPUs, "
+                        f"{os.cpu_count() or 1} here)")
     parser.add_argument("--on-error", default="error", choices=("error", "skip"),
-                        help="a bad image or label file: stop, or skip it and list it")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing dataset")
-    parser.add_argument("--jpeg-quality", type=int, default=90)
-    parser.add_argument("--no-progress", action="store_true")
+                        help="a bad image or label file: stop (every problem counted first), or "
+                        "skip it and list it in the report")
+    parser.add_argument("--allow-empty", action="store_true",
+                        help="write a dataset that keeps no image or no box (refused otherwise)")
+    parser.add_argument("--allow-overlap", action="store_true",
+                        help="write splits that share image files (refused otherwise)")
+    parser.add_argument("--check-source", "--dry-run", action="store_true",
+                        help="scan the source and print found, missing, empty, corrupt and "
+                        "duplicate counts with layout hints; write nothing (exit 1 when a "
+                        "conversion would stop)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace an existing dataset (or the splits of a split folder)")
+    parser.add_argument("--jpeg-quality", type=_quality, default=90,
+                        help="JPEG quality when the codec is jpeg")
+    parser.add_argument("--license", help="dataset card: the license of the data")
+    parser.add_argument("--description", help="dataset card: what the data is")
+    parser.add_argument("--source-url", help="dataset card: where the data comes from "
+                        "(default: the source path given)")
+    parser.add_argument("--no-fingerprint", action="store_true",
+                        help="do not hash the source files for the dataset card")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def register(commands: argparse._SubParsersAction) -> None:
     """Add ``convert``, ``export`` and ``show`` to the ``detfmt`` command."""
-    convert = commands.add_parser("convert", help="convert COCO / YOLO / VOC into detfmt")
-    formats = convert.add_subparsers(dest="source_format", required=True)
-    coco = formats.add_parser("coco", help="COCO instances JSON + image folder")
-    coco.add_argument("annotations", help="instances JSON file")
-    coco.add_argument("--images", help="image folder (default: the JSON's folder)")
+    convert = commands.add_parser(
+        "convert", help="convert COCO / YOLO / VOC into detfmt (splits kept)",
+        description="Convert a COCO, YOLO or Pascal VOC source into detfmt. A source with "
+        "splits (a data YAML with train/val/test, the COCO standard or Roboflow layout, VOC "
+        "ImageSets/Main lists) gives one dataset per split under DST.")
+    formats = convert.add_subparsers(dest="source_format", required=True, metavar="FORMAT")
+    coco = formats.add_parser(
+        "coco", help="COCO instances JSON + image folder",
+        description="SRC is an instances JSON, or a folder in the COCO standard layout "
+        "(annotations/instances_<split>.json beside <split>/) or a Roboflow export "
+        "(<split>/_annotations.coco.json).")
+    coco.add_argument("src", metavar="SRC", help="instances JSON file or COCO dataset folder")
+    coco.add_argument("--images", help="image folder (default: found beside the JSON)")
     _add_common(coco)
-    coco.set_defaults(run=_cmd_coco)
-    yolo = formats.add_parser("yolo", help="YOLO txt labels (images/ + labels/ trees)")
-    yolo.add_argument("src", help="dataset root holding images/ and labels/, or its data YAML")
-    yolo.add_argument("--images", help="image folder (default: SRC/images)")
-    yolo.add_argument("--labels", help="label folder (default: SRC/labels)")
-    yolo.add_argument("--names", help="data YAML or names file (default: a YAML in SRC)")
+    coco.set_defaults(run=_cmd_convert)
+    yolo = formats.add_parser(
+        "yolo", help="YOLO txt labels (data YAML, or images/ + labels/ trees)",
+        description="SRC is a data YAML (path, train, val, test, names) or a dataset folder "
+        "(a data YAML in it or one level down, images/<split> + labels/<split>, or one "
+        "images/ + labels/ tree).")
+    yolo.add_argument("src", metavar="SRC", help="data YAML or dataset folder")
+    yolo.add_argument("--images", help="image folder (default: from the YAML, or SRC/images)")
+    yolo.add_argument("--labels", help="label folder (default: the images folder with "
+                      "'images' replaced by 'labels')")
+    yolo.add_argument("--names", help="data YAML or names file (default: the data YAML, or "
+                      "labels/classes.txt)")
     _add_common(yolo)
-    yolo.set_defaults(run=_cmd_yolo)
-    voc = formats.add_parser("voc", help="Pascal VOC XML (one file per image)")
-    voc.add_argument("src", help="dataset root holding Annotations/ and JPEGImages/")
-    voc.add_argument("--annotations", help="XML folder (default: SRC/Annotations)")
+    yolo.set_defaults(run=_cmd_convert)
+    voc = formats.add_parser(
+        "voc", help="Pascal VOC XML (one file per image)",
+        description="SRC holds Annotations/ and JPEGImages/; ImageSets/Main/{train,val,test}.txt "
+        "become splits.")
+    voc.add_argument("src", metavar="SRC", help="dataset folder holding Annotations/ and "
+                     "JPEGImages/")
+    voc.add_argument("--annotations", help="XML folder (default: SRC/Annotations or "
+                     "SRC/annotations)")
     voc.add_argument("--images", help="image folder (default: SRC/JPEGImages or SRC/images)")
-    voc.add_argument("--classes", help="comma-separated class names (default: collected)")
+    voc.add_argument("--classes", help="comma-separated class names (default: every name found,"
+                     " sorted)")
     _add_common(voc)
-    voc.set_defaults(run=_cmd_voc)
+    voc.set_defaults(run=_cmd_convert)
 
     export = commands.add_parser("export", help="export a detfmt dataset to another format")
-    targets = export.add_subparsers(dest="target_format", required=True)
+    targets = export.add_subparsers(dest="target_format", required=True, metavar="FORMAT")
     to_coco = targets.add_parser("coco", help="COCO instances JSON in original coordinates")
-    to_coco.add_argument("dataset")
+    to_coco.add_argument("dataset", help="the detfmt dataset")
     to_coco.add_argument("out", help="output JSON file")
     to_coco.set_defaults(run=_cmd_export_coco)
 
     show = commands.add_parser("show", help="draw samples with their boxes into a PNG grid")
-    show.add_argument("dataset")
+    show.add_argument("dataset", help="the detfmt dataset")
     show.add_argument("--index", type=int, nargs="+", help="sample indices (default: 16 spread)")
-    show.add_argument("--out", default="grid.png", help="output PNG (default: grid.png)")
-    show.add_argument("--cell", type=int, default=320, help="cell size in pixels")
-    show.add_argument("--columns", type=int, help="grid columns (default: square)")
+    show.add_argument("--out", default="grid.png", help="output PNG")
+    show.add_argument("--cell", type=_positive, default=320, help="cell size in pixels")
+    show.add_argument("--columns", type=_positive, help="grid columns (default: square)")
     show.set_defaults(run=_cmd_show)

@@ -12,38 +12,45 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 import numpy as np
 
-from detfmt.convert._pipeline import ConvertOptions, SourceImage, convert_records
+from detfmt.convert._pipeline import ConvertOptions, Source, SourceImage, convert_source
 from detfmt.convert.errors import ConversionError
+from detfmt.convert.inputs import InputFolder, printable, read_source_bytes
 from detfmt.convert.report import ConversionReport
 
-__all__ = ["CocoAnnotation", "CocoCategory", "CocoFile", "CocoImage", "CocoIndex", "from_coco",
-           "parse_coco"]
+__all__ = ["CocoAnnotation", "CocoCategory", "CocoFile", "CocoImage", "CocoIndex", "coco_source",
+           "from_coco", "parse_coco"]
+
+# Ids are stored as int64 (source_id) and sizes compared with image sizes: anything beyond is a
+# malformed file (JSON_INVALID naming the value), never an OverflowError later.
+Id = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+Size = Annotated[int, msgspec.Meta(ge=0, le=2**31 - 1)]
+Flag = Annotated[int, msgspec.Meta(ge=0, le=1)]
 
 
 class CocoCategory(msgspec.Struct, gc=False):
-    id: int
+    id: Id
     name: str
     supercategory: str | None = None
 
 
 class CocoImage(msgspec.Struct, gc=False):
-    id: int
+    id: Id
     file_name: str
-    width: int | None = None
-    height: int | None = None
+    width: Size | None = None
+    height: Size | None = None
 
 
 class CocoAnnotation(msgspec.Struct, gc=False):
-    image_id: int
-    category_id: int
+    image_id: Id
+    category_id: Id
     bbox: tuple[float, float, float, float]
-    iscrowd: int | bool = 0
-    id: int | None = None
+    iscrowd: Flag | bool = 0
+    id: Id | None = None
 
 
 class CocoFile(msgspec.Struct, gc=False):
@@ -91,14 +98,19 @@ class CocoIndex:
     annotations whose image_id is not an image of the file; ``orphan_ids`` lists a few of them.
     """
 
-    def __init__(self, parsed: CocoFile, path: str | os.PathLike[str]) -> None:
+    def __init__(self, parsed: CocoFile, path: str | os.PathLike[str],
+                 categories: list[tuple[str, int]] | None = None) -> None:
         self.path = os.fspath(path)
-        categories = sorted(parsed.categories, key=lambda c: c.id)
-        ids = [c.id for c in categories]
+        own = sorted(parsed.categories, key=lambda c: c.id)
+        ids = [c.id for c in own]
         if len(set(ids)) != len(ids):
             raise ConversionError("duplicate category id in categories", rule="DUPLICATE_ID",
                                   path=path)
-        self.categories: list[tuple[str, int]] = [(c.name, c.id) for c in categories]
+        #: (name, original id) in contiguous order: this file's own categories, or a shared
+        #: list (the union over the splits of one dataset, so every split has the same ids).
+        self.categories: list[tuple[str, int]] = (
+            categories if categories is not None else [(c.name, c.id) for c in own])
+        ids = [cid for _, cid in self.categories]
         self.images: list[CocoImage] = parsed.images
         image_row: dict[int, int] = {}
         for row, image in enumerate(self.images):
@@ -137,6 +149,11 @@ class CocoIndex:
         return slice(int(self.starts[row]), int(self.starts[row + 1]))
 
 
+def read_coco(annotations_json: str | os.PathLike[str]) -> CocoFile:
+    """Read and decode an instances file (a regular file; see `decode_coco`)."""
+    return decode_coco(read_source_bytes(annotations_json, rule="JSON_INVALID"), annotations_json)
+
+
 def parse_coco(annotations_json: str | os.PathLike[str]) -> CocoIndex:
     """Read and index a COCO instances JSON file.
 
@@ -144,46 +161,52 @@ def parse_coco(annotations_json: str | os.PathLike[str]) -> CocoIndex:
         ConversionError: ``JSON_INVALID`` (unreadable, malformed or not instances-shaped, with the
             JSON path of the offending value), ``DUPLICATE_ID``.
     """
-    try:
-        data = Path(annotations_json).read_bytes()
-    except OSError as error:
-        raise ConversionError(f"cannot read annotations: {error.strerror}", rule="JSON_INVALID",
-                              path=annotations_json) from error
+    data = read_source_bytes(annotations_json, rule="JSON_INVALID")
     parsed = decode_coco(data, annotations_json)
     del data
     return CocoIndex(parsed, annotations_json)
 
 
-def _image_path(images_dir: Path, file_name: str, report: ConversionReport) -> Path:
-    """``images_dir/file_name``; when that is missing but ``images_dir/<basename>`` exists (a
-    file_name such as "train2017/x.jpg" with images_dir already pointing into train2017), the
-    latter, counted as note ``file_name_basename``."""
-    path = images_dir / file_name
-    if not path.exists() and Path(file_name).name != file_name:
-        fallback = images_dir / Path(file_name).name
-        if fallback.exists():
-            report.note("file_name_basename", fallback, f"file_name {file_name!r} not found")
-            return fallback
-    return path
+def _locate(images: InputFolder, file_name: str, annotations: str, report: ConversionReport
+            ) -> tuple[Path, Path | None, ConversionError | None]:
+    """(path as named, resolved file or None, why not) of an image named in the JSON."""
+    try:
+        path = images.child(file_name)
+    except ConversionError as error:
+        return Path(printable(file_name) or "<empty>"), None, ConversionError(
+            f"image file_name refused: {error.message}", rule=error.rule, path=annotations)
+    try:
+        return path, images.resolve(path), None
+    except ConversionError as error:
+        if error.rule != "IMAGE_MISSING" or "/" not in file_name:
+            return path, None, error
+    fallback = images.given / Path(file_name).name  # "train2017/x.jpg" beside the JSON
+    try:
+        real = images.resolve(fallback)
+    except ConversionError:
+        return path, None, ConversionError("image file not found", rule="IMAGE_MISSING",
+                                           path=path)
+    report.note("file_name_basename", fallback, f"{file_name!r} not found")
+    return fallback, real, None
 
 
-def _records(index: CocoIndex, images_dir: Path, report: ConversionReport
+def _records(index: CocoIndex, images: InputFolder, report: ConversionReport
              ) -> Iterator[SourceImage]:
     names = {cid: name for name, cid in index.categories}
     for row, image in enumerate(index.images):
         span = index.annotations_of(row)
         category = index.category[span]
-        error = None
-        if (category < 0).any():
+        path, read_path, error = _locate(images, image.file_name, index.path, report)
+        if error is None and (category < 0).any():
             unknown = sorted(index.unknown_category_ids)[:5]
             error = ConversionError(
                 f"annotation with category_id not in categories (unknown ids {unknown}; "
                 f"known: {sorted(names)[:10]}...)", rule="UNKNOWN_CLASS", path=index.path)
         declared = None
-        if image.width is not None and image.height is not None:
+        if image.width and image.height:
             declared = (int(image.width), int(image.height))
         yield SourceImage(
-            path=_image_path(images_dir, image.file_name, report),
+            path=path,
             file_name=image.file_name,
             boxes=index.boxes[span],
             classes=category,
@@ -191,7 +214,37 @@ def _records(index: CocoIndex, images_dir: Path, report: ConversionReport
             source_id=image.id,
             declared_size=declared,
             error=error,
+            read_path=read_path,
         )
+
+
+def coco_source(index: CocoIndex, images_dir: str | os.PathLike[str], *,
+                root: Path | None = None, split: str | None = None) -> Source:
+    """The `Source` of a parsed instances file whose images lie in ``images_dir``."""
+    images = InputFolder(images_dir, missing_rule="IMAGE_MISSING", what="image folder")
+    annotations = Path(index.path)
+
+    def prelude(report: ConversionReport) -> None:
+        if index.orphans:
+            report.boxes_source += index.orphans
+            report.drop_boxes("annotation_orphan", annotations, index.orphans,
+                              f"image_id not among the images, e.g. {index.orphan_ids[:5]}")
+
+    if root is None:
+        root = Path(os.path.commonpath([os.path.abspath(annotations.parent),
+                                        os.path.abspath(images.given)]))
+    return Source(
+        source_format="coco",
+        source=index.path,
+        classes=index.categories,
+        count=len(index),
+        records=lambda report: _records(index, images, report),
+        prelude=prelude,
+        files=[annotations],
+        root=root,
+        box_fields={"iscrowd": "|u1"},
+        split=split,
+    )
 
 
 def from_coco(
@@ -204,28 +257,12 @@ def from_coco(
 
     Categories become contiguous ids 0..C-1 in order of their original id (names and original
     ids kept in the header); ``iscrowd`` is kept as the per-box field ``iscrowd``; images without
-    annotations are kept with zero boxes; each image's COCO id is kept as ``source_id``.
-    Options: see `ConvertOptions` (``max_side``, ``codec``, ``workers``, ``on_error``, ...).
-    Returns the `ConversionReport` (also saved as ``<dst>.report.json``).
+    annotations are kept with zero boxes; each image's COCO id is kept as ``source_id``. Only
+    regular files inside ``images_dir`` are read: an absolute or ``..`` ``file_name`` is refused
+    (``PATH_UNSAFE``). Options: see `ConvertOptions` (``max_side``, ``codec``, ``workers``,
+    ``on_error``, ``allow_empty``, ``card``...). Returns the `ConversionReport` (also saved as
+    ``<dst>.report.json``). For several annotation files (splits), see `detfmt.convert.convert`.
     """
     opts = ConvertOptions(**options)
     index = parse_coco(annotations_json)
-    images_dir = Path(images_dir)
-    if not images_dir.is_dir():
-        raise ConversionError("image folder not found", rule="IMAGE_MISSING", path=images_dir)
-    report = ConversionReport("coco", os.fspath(annotations_json), os.fspath(dst))
-    if index.orphans:
-        report.boxes_source += index.orphans
-        report.drop_boxes("annotation_orphan", annotations_json, index.orphans,
-                          f"image_id not among the images, e.g. {index.orphan_ids[:5]}")
-    paths = [images_dir / image.file_name for image in index.images]
-    return convert_records(
-        _records(index, images_dir, report),
-        count=len(index),
-        paths=paths,
-        classes=index.categories,
-        dst=dst,
-        report=report,
-        options=opts,
-        box_fields={"iscrowd": "|u1"},
-    )
+    return convert_source(coco_source(index, images_dir), dst, opts)

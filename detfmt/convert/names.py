@@ -1,120 +1,90 @@
-"""Class-name lists for YOLO datasets: the ``names:`` key of a data YAML, or a names file.
+"""Class-name lists and data YAML files of YOLO datasets.
 
-A tiny parser for the one key we need instead of a PyYAML dependency. It accepts the forms
-Ultralytics datasets use: a block mapping (``0: person``), a block list (``- person``) and a flow
-list (``names: ['person', 'bicycle']``, possibly over several lines), with quotes and comments.
+A data YAML is read with PyYAML's ``BaseLoader``: every scalar stays the text the file holds, so
+a class called ``no`` or ``null`` stays that name (YAML 1.1 would turn it into ``False`` or
+``None``) and ``0:`` keys are parsed as class ids here. Only the keys a converter needs are
+looked at (``path``, ``train``, ``val``, ``test``, ``names``), each checked for its shape.
 """
 
 from __future__ import annotations
 
 import os
-import re
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from detfmt.convert.errors import ConversionError
+from detfmt.convert.inputs import MAX_CONFIG_BYTES, read_source_text
+from detfmt.convert.numbers import parse_integer
 
-__all__ = ["load_names", "parse_yaml_names"]
+__all__ = ["load_data_yaml", "load_names", "names_from_yaml", "parse_yaml_names"]
 
-_KEY = re.compile(r"^names\s*:(.*)$")
-
-
-def _strip_comment(text: str) -> str:
-    quote = None
-    for i, char in enumerate(text):
-        if quote:
-            if char == quote:
-                quote = None
-        elif char in "'\"":
-            quote = char
-        elif char == "#" and (i == 0 or text[i - 1] in " \t"):
-            return text[:i]
-    return text
+MAX_CLASSES = 65536  # SPEC.md §15
 
 
-def _scalar(text: str) -> str:
-    text = text.strip()
-    if len(text) >= 2 and text[0] == text[-1] == "'":
-        return text[1:-1].replace("''", "'")
-    if len(text) >= 2 and text[0] == text[-1] == '"':
-        return text[1:-1].encode("utf-8").decode("unicode_escape")
-    return text
+def parse_data_yaml(text: str, path: str | os.PathLike[str] = "<yaml>") -> dict[str, Any]:
+    """The top-level mapping of a data YAML (scalars as text)."""
+    try:
+        data = yaml.load(text, Loader=yaml.BaseLoader)  # BaseLoader: text scalars, no objects
+    except yaml.YAMLError as error:
+        raise ConversionError(f"malformed YAML: {error}", rule="YAML_INVALID",
+                              path=path) from error
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConversionError("the YAML file is not a mapping of keys", rule="YAML_INVALID",
+                              path=path)
+    return data
 
 
-def _split_flow(text: str) -> list[str]:
-    items, current, quote = [], [], None
-    for char in text:
-        if quote:
-            current.append(char)
-            if char == quote:
-                quote = None
-        elif char in "'\"":
-            quote = char
-            current.append(char)
-        elif char == ",":
-            items.append("".join(current))
-            current = []
-        else:
-            current.append(char)
-    items.append("".join(current))
-    return [item for item in (i.strip() for i in items) if item]
+def load_data_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a data YAML (a regular UTF-8 file of at most 16 MiB) into its top-level mapping."""
+    text = read_source_text(path, rule="YAML_INVALID", limit=MAX_CONFIG_BYTES)
+    return parse_data_yaml(text, path)
 
 
-def _as_mapping(pairs: list[tuple[str, str]], path: str) -> dict[int, str]:
-    names: dict[int, str] = {}
-    for key, value in pairs:
-        try:
-            index = int(_scalar(key))
-        except ValueError as error:
-            raise ConversionError(f"names key {key!r} is not an integer class id",
-                                  rule="NAMES_INVALID", path=path) from error
-        names[index] = _scalar(value)
-    return names
+def _name(value: Any, path) -> str:
+    if not isinstance(value, str):
+        raise ConversionError(f"a class name must be text, got {type(value).__name__}",
+                              rule="NAMES_INVALID", path=path)
+    return value
+
+
+def names_from_yaml(data: Mapping[str, Any], path: str | os.PathLike[str] = "<yaml>"
+                    ) -> dict[int, str]:
+    """{class id: name} from the ``names:`` key of a parsed data YAML (a list or a mapping)."""
+    if "names" not in data:
+        raise ConversionError("no 'names:' key in the YAML file", rule="NAMES_MISSING", path=path)
+    names = data["names"]
+    if isinstance(names, list):
+        if len(names) > MAX_CLASSES:
+            raise ConversionError(f"{len(names)} names, over {MAX_CLASSES}",
+                                  rule="NAMES_INVALID", path=path)
+        return {i: _name(name, path) for i, name in enumerate(names)}
+    if isinstance(names, dict):
+        if len(names) > MAX_CLASSES:
+            raise ConversionError(f"{len(names)} names, over {MAX_CLASSES}",
+                                  rule="NAMES_INVALID", path=path)
+        table: dict[int, str] = {}
+        for key, value in names.items():
+            index = parse_integer(key, 0, 2**31 - 1) if isinstance(key, str) else None
+            if index is None:
+                raise ConversionError(f"names key {key!r} is not a class id (an integer >= 0)",
+                                      rule="NAMES_INVALID", path=path)
+            if index in table:
+                raise ConversionError(f"class id {index} is named twice", rule="NAMES_INVALID",
+                                      path=path)
+            table[index] = _name(value, path)
+        return table
+    raise ConversionError("names must be a list or a mapping of class id to name",
+                          rule="NAMES_INVALID", path=path)
 
 
 def parse_yaml_names(text: str, path: str = "<yaml>") -> dict[int, str]:
-    """Return {class id: name} from the ``names:`` key of a YOLO data YAML."""
-    lines = text.splitlines()
-    for number, line in enumerate(lines):
-        match = _KEY.match(line)
-        if not match:
-            continue
-        rest = _strip_comment(match.group(1)).strip()
-        if rest.startswith(("[", "{")):
-            closing = "]" if rest[0] == "[" else "}"
-            flow = rest
-            follow = number + 1
-            while closing not in flow and follow < len(lines):
-                flow += " " + _strip_comment(lines[follow]).strip()
-                follow += 1
-            if closing not in flow:
-                raise ConversionError("unterminated names list", rule="NAMES_INVALID", path=path)
-            items = _split_flow(flow[1:flow.rindex(closing)])
-            if closing == "]":
-                return {i: _scalar(item) for i, item in enumerate(items)}
-            return _as_mapping([tuple(item.split(":", 1)) for item in items], path)
-        if rest:
-            raise ConversionError(f"unsupported names value {rest!r}", rule="NAMES_INVALID",
-                                  path=path)
-        listed: list[str] = []
-        pairs: list[tuple[str, str]] = []
-        for follow in lines[number + 1:]:
-            body = _strip_comment(follow).rstrip()
-            if not body.strip():
-                continue
-            stripped = body.lstrip()
-            if stripped.startswith("- ") or stripped == "-":
-                listed.append(stripped[1:])
-            elif body[0] in " \t" and ":" in stripped:
-                pairs.append(tuple(stripped.split(":", 1)))
-            else:
-                break
-        if listed and pairs:
-            raise ConversionError("names mixes a list and a mapping", rule="NAMES_INVALID",
-                                  path=path)
-        if listed:
-            return {i: _scalar(item) for i, item in enumerate(listed)}
-        return _as_mapping(pairs, path)
-    raise ConversionError("no 'names:' key in the YAML file", rule="NAMES_MISSING", path=path)
+    """Return {class id: name} from the ``names:`` key of a YOLO data YAML text."""
+    return names_from_yaml(parse_data_yaml(text, path), path)
 
 
 def load_names(names: str | os.PathLike[str] | list[str] | dict[int, str]) -> dict[int, str]:
@@ -125,14 +95,11 @@ def load_names(names: str | os.PathLike[str] | list[str] | dict[int, str]) -> di
     if isinstance(names, (list, tuple)):
         return {i: str(name) for i, name in enumerate(names)}
     path = Path(names)
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as error:
-        raise ConversionError(f"cannot read class names: {error}", rule="NAMES_MISSING",
-                              path=path) from error
     if path.suffix.lower() in (".yaml", ".yml"):
-        result = parse_yaml_names(text, os.fspath(path))
+        result = names_from_yaml(load_data_yaml(path), os.fspath(path))
     else:
+        text = read_source_text(path, rule="NAMES_MISSING", encoding_rule="NAMES_INVALID",
+                                limit=MAX_CONFIG_BYTES)
         result = {i: line.strip() for i, line in enumerate(
             line for line in text.splitlines() if line.strip())}
     if not result:

@@ -13,6 +13,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from detfmt.convert.inputs import printable
+
 __all__ = ["ConversionReport", "Issue", "report_path"]
 
 MAX_LISTED_ISSUES = 1000  # per reason; counts stay exact beyond it
@@ -40,6 +42,7 @@ class ConversionReport:
     source_format: str
     source: str
     destination: str
+    split: str | None = None
     images_source: int = 0
     images_kept: int = 0
     boxes_source: int = 0
@@ -56,6 +59,7 @@ class ConversionReport:
     workers: int = 0
     seconds: float = 0.0
     written: bool = False
+    error: str | None = None  # why a conversion failed (its report is saved all the same)
     _listed: collections.Counter = dataclasses.field(
         default_factory=collections.Counter, repr=False
     )
@@ -63,7 +67,7 @@ class ConversionReport:
     def _issue(self, reason: str, path: str | os.PathLike[str], detail: str, boxes: int) -> None:
         if self._listed[reason] < MAX_LISTED_ISSUES:
             self._listed[reason] += 1
-            self.issues.append(Issue(reason, os.fspath(path), detail, boxes))
+            self.issues.append(Issue(reason, printable(path), printable(detail), boxes))
 
     def skip_image(self, reason: str, path, detail: str = "", boxes: int = 0) -> None:
         """The image and its ``boxes`` source boxes are left out of the dataset."""
@@ -107,14 +111,22 @@ class ConversionReport:
         return data
 
     def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the report as JSON, atomically (a temporary file renamed over ``path``)."""
         path = Path(path)
-        path.write_text(json.dumps(self.to_dict(), indent=1) + "\n", encoding="utf-8")
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            temporary.write_text(json.dumps(self.to_dict(), indent=1) + "\n", encoding="utf-8")
+            os.replace(temporary, path)
+        finally:
+            if temporary.exists():
+                temporary.unlink()
         return path
 
     def summary(self) -> str:
         """The human-readable report printed by the CLI."""
+        split = f" (split {self.split})" if self.split else ""
         lines = [
-            f"{self.source_format} {self.source} -> {self.destination}",
+            f"{self.source_format} {self.source}{split} -> {self.destination}",
             f"  images: {self.images_source} in source, {self.images_kept} kept, "
             f"{sum(self.images_skipped.values())} skipped",
             f"  boxes:  {self.boxes_source} in source, {self.boxes_kept} kept "
@@ -137,10 +149,13 @@ class ConversionReport:
             lines.append(f"  ... {len(listed) - 20} more skipped images in the saved report")
         if not self.balanced:
             lines.append("  WARNING: the counts do not balance (a converter bug)")
+        if self.error:
+            lines.append(f"  FAILED: {self.error}")
         return "\n".join(lines)
 
 
-def report_path(dst: str | os.PathLike[str]) -> Path:
-    """Where the report of a conversion into ``dst`` is saved: ``<dst>.report.json`` beside it."""
+def report_path(dst: str | os.PathLike[str], *, failed: bool = False) -> Path:
+    """Where the report of a conversion into ``dst`` is saved: ``<dst>.report.json`` beside it
+    (``<dst>.failed.report.json`` for a failed conversion over a dataset that is kept)."""
     dst = Path(dst)
-    return dst.with_name(dst.name + ".report.json")
+    return dst.with_name(dst.name + (".failed" if failed else "") + ".report.json")

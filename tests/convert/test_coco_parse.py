@@ -125,7 +125,8 @@ def test_missing_image(tmp_path, recorder, on_error):
             from_coco(js, tmp_path / "img", tmp_path / "out")
         assert info.value.rule == "IMAGE_MISSING" and info.value.path.endswith("gone.jpg")
         return
-    report = from_coco(js, tmp_path / "img", tmp_path / "out", on_error="skip")
+    report = from_coco(js, tmp_path / "img", tmp_path / "out", on_error="skip",
+                       allow_empty=True)
     assert report.images_skipped == {"IMAGE_MISSING": 1} and report.balanced
     assert [issue.path for issue in report.issues if issue.reason == "IMAGE_MISSING"] == [
         str(tmp_path / "img" / "gone.jpg")]
@@ -141,7 +142,7 @@ def test_corrupt_image_skipped_and_listed(tmp_path, recorder, workers):
     anns = [{"image_id": 10, "category_id": 7, "bbox": [1, 1, 5, 5]}]
     js = write_coco(tmp_path / "ann.json", images, anns, CATS)
     report = from_coco(js, tmp_path / "img", tmp_path / "out", on_error="skip",
-                       workers=workers)
+                       workers=workers, allow_empty=True)
     assert report.images_skipped == {"IMAGE_INVALID": 2} and report.balanced
     assert sorted(i.path for i in report.issues if i.reason == "IMAGE_INVALID") == [
         str(tmp_path / "img" / "a.jpg"), str(tmp_path / "img" / "c.jpg")]
@@ -170,6 +171,6 @@ def test_lax_numbers_accepted(tmp_path, recorder):
 def test_file_name_with_folder_falls_back_to_basename(tmp_path, recorder):
     save_image(tmp_path / "img" / "a.jpg", 64, 48, seed=1)
     js = write_coco(tmp_path / "a.json", [{"id": 1, "file_name": "train2017/a.jpg"}], [], CATS)
-    report = from_coco(js, tmp_path / "img", tmp_path / "out")
+    report = from_coco(js, tmp_path / "img", tmp_path / "out", allow_empty=True)
     assert report.images_kept == 1 and report.notes == {"file_name_basename": 1}
     assert recorder.samples[0]["file_name"] == "train2017/a.jpg"  # the original name is kept

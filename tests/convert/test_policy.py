@@ -31,14 +31,14 @@ def test_every_box_is_kept_fixed_or_dropped(boxes, width, height):
     np.testing.assert_array_equal(clipped[inside], array[inside])  # valid boxes untouched
 
 
-def test_empty_source_gives_an_empty_dataset(tmp_path):
+def test_empty_source_gives_an_empty_dataset_when_allowed(tmp_path):
     import detfmt
     from detfmt.convert import from_coco
     from tests.convert.conftest import write_coco
 
     (tmp_path / "img").mkdir()
     js = write_coco(tmp_path / "a.json", [], [], [{"id": 1, "name": "x"}])
-    report = from_coco(js, tmp_path / "img", tmp_path / "ds")
+    report = from_coco(js, tmp_path / "img", tmp_path / "ds", allow_empty=True)
     assert report.balanced and report.images_kept == 0 and report.codec == "raw"
     with detfmt.open(tmp_path / "ds") as ds:
         assert len(ds) == 0 and [c.name for c in ds.header.classes] == ["x"]

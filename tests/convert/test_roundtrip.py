@@ -147,7 +147,8 @@ def test_corrupt_image_with_real_writer(tmp_path):
         from_coco(js, tmp_path / "img", tmp_path / "ds", workers=2)
     assert info.value.rule == "IMAGE_INVALID" and info.value.path.endswith("b.jpg")
     assert not (tmp_path / "ds").exists()
-    report = from_coco(js, tmp_path / "img", tmp_path / "ds", workers=2, on_error="skip")
+    report = from_coco(js, tmp_path / "img", tmp_path / "ds", workers=2, on_error="skip",
+                       allow_empty=True)
     assert report.images_skipped == {"IMAGE_INVALID": 1}
     assert report.boxes_dropped == {"image_skipped:IMAGE_INVALID": 1}
     saved = json.loads((tmp_path / "ds.report.json").read_text())

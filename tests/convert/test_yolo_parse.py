@@ -77,7 +77,8 @@ def test_bad_label_lines(tmp_path, recorder, line, rule, on_error):
         assert info.value.rule == rule and info.value.path.endswith("a.txt")
         assert "line 2" in str(info.value)
         return
-    report = from_yolo(images, labels, tmp_path / "out", names=["p", "q"], on_error="skip")
+    report = from_yolo(images, labels, tmp_path / "out", names=["p", "q"], on_error="skip",
+                       allow_empty=True)
     assert report.images_skipped == {rule: 1} and report.balanced
     assert report.boxes_dropped == {f"image_skipped:{rule}": 2}
     assert len(recorder.samples) == 1

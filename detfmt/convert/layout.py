@@ -1,0 +1,103 @@
+"""The split layout: one detfmt dataset per split under one folder (docs/converters.md).
+
+    OUT/
+      splits.json            {"format": "detfmt-splits/1", "splits": {"train": {...}, ...}}
+      train/                 an ordinary detfmt dataset (header.json, ...)
+      train.report.json      its conversion report
+      val/
+      val.report.json
+
+``splits.json`` is written last, atomically: a folder without it is not (yet) a split root.
+Readers open ``OUT/<name>`` for ``split=name``; the index gives the names, their order and
+their sizes without opening each dataset.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from detfmt.convert.errors import ConversionError
+from detfmt.convert.report import ConversionReport
+from detfmt.errors import TargetExistsError
+
+__all__ = ["SPLITS_FILE", "SPLITS_FORMAT", "check_split_root", "read_splits", "write_splits_index"]
+
+SPLITS_FILE = "splits.json"
+SPLITS_FORMAT = "detfmt-splits/1"
+MAX_SPLITS_BYTES = 1 << 20
+
+
+def read_splits(root: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The parsed ``splits.json`` of a split root, or None when ``root`` is not one.
+
+    Raises:
+        ConversionError: ``SPLITS_INVALID`` when the index exists but is malformed.
+    """
+    path = Path(root) / SPLITS_FILE
+    if not path.is_file():
+        return None
+    from detfmt.convert.inputs import read_source_bytes
+
+    data = read_source_bytes(path, rule="SPLITS_INVALID", limit=MAX_SPLITS_BYTES)
+    try:
+        index = json.loads(data)
+    except ValueError as error:
+        raise ConversionError(f"malformed JSON: {error}", rule="SPLITS_INVALID",
+                              path=path) from error
+    if (not isinstance(index, dict) or index.get("format") != SPLITS_FORMAT
+            or not isinstance(index.get("splits"), dict)):
+        raise ConversionError(f"not a {SPLITS_FORMAT} index", rule="SPLITS_INVALID", path=path)
+    return index
+
+
+def check_split_root(root: Path, names: list[str], overwrite: bool) -> None:
+    """Refuse to write splits into ``root`` unless it is missing, empty, or a split root
+    (replaced only with ``overwrite``)."""
+    if not os.path.lexists(root):
+        return
+    if root.is_symlink() or not root.is_dir():
+        raise TargetExistsError("target exists and is not a folder", path=root)
+    existing = read_splits(root)
+    if existing is None:
+        foreign = [entry.name for entry in root.iterdir() if not _ours(entry.name, names)]
+        if foreign:
+            raise TargetExistsError(f"target folder holds {foreign[0]!r} and is not a split "
+                                    f"root (no {SPLITS_FILE}); choose another folder",
+                                    path=root)
+        return
+    if not overwrite:
+        raise TargetExistsError("target is a split root already; pass overwrite=True to "
+                                "replace its splits", path=root)
+
+
+def _ours(name: str, splits: list[str]) -> bool:
+    """What an interrupted or refused split conversion may leave: reports, writer locks and
+    temporaries, and the split datasets themselves (the writer replaces only datasets)."""
+    return name in splits or name.endswith(".report.json") or name.startswith(".")
+
+
+def write_splits_index(root: Path, reports: Mapping[str, ConversionReport],
+                       source_format: str, source: str) -> Path:
+    """Write ``splits.json`` (atomically) listing the written splits in order."""
+    index = {
+        "format": SPLITS_FORMAT,
+        "source_format": source_format,
+        "source": source,
+        "splits": {name: {"path": name, "images": report.images_kept,
+                          "boxes": report.boxes_kept}
+                   for name, report in reports.items()},
+    }
+    path = root / SPLITS_FILE
+    temporary = root / f".{SPLITS_FILE}.{os.getpid()}.tmp"
+    try:
+        temporary.write_text(json.dumps(index, indent=1, ensure_ascii=False) + "\n",
+                             encoding="utf-8")
+        os.replace(temporary, path)
+    finally:
+        if temporary.exists():
+            temporary.unlink()
+    return path

@@ -1,0 +1,46 @@
+"""detfmt.open(OUT, split=NAME): one split of a converted dataset (docs/converters.md layout)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import detfmt
+from tests.core.conftest import CLASSES, make_samples
+
+
+@pytest.fixture
+def split_root(tmp_path):
+    root = tmp_path / "out"
+    for name, n in (("train", 5), ("val", 3)):
+        detfmt.write(make_samples(n, seed=n), root / name, classes=CLASSES)
+    index = {"format": "detfmt-splits/1", "splits": {"train": {"path": "train"},
+                                                      "val": {"path": "val"}}}
+    (root / "splits.json").write_text(json.dumps(index))
+    return root
+
+
+def test_open_one_split(split_root):
+    assert len(detfmt.open(split_root, split="val")) == 3
+    assert len(detfmt.open(split_root, split="train")) == 5
+    with pytest.raises(detfmt.UsageError, match="train"):  # the folder is not one dataset
+        detfmt.open(split_root)
+    with pytest.raises(detfmt.UsageError, match="no split"):
+        detfmt.open(split_root, split="test")
+    for bad in ("../out", "a/b", "", ".."):
+        with pytest.raises(detfmt.UsageError):
+            detfmt.open(split_root, split=bad)
+
+
+def test_split_index_paths_stay_inside(split_root):
+    index = json.loads((split_root / "splits.json").read_text())
+    index["splits"]["val"]["path"] = "../elsewhere"
+    (split_root / "splits.json").write_text(json.dumps(index))
+    with pytest.raises(detfmt.UsageError, match="plain name"):
+        detfmt.open(split_root, split="val")
+
+
+def test_a_plain_folder_of_datasets_opens_by_name(split_root):
+    (split_root / "splits.json").unlink()
+    assert len(detfmt.open(split_root, split="val")) == 3
