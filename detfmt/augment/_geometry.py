@@ -123,12 +123,45 @@ class GeometricTransform(Augmentation):
         return apply_geometric(batch, [self], [params])
 
 
+# Mapped corners within this of a pixel edge count as on it (float error, not content).
+_EXTENT_TOLERANCE = 1e-3
+
+
+def mapped_extent(
+    sizes: torch.Tensor | None,
+    image_size: tuple[int, int],
+    matrix: torch.Tensor,
+    out_size: tuple[int, int],
+    dtype: torch.dtype = torch.int32,
+) -> torch.Tensor:
+    """(B, 2) (h, w) of the top-left region of the output that holds every real pixel.
+
+    The valid region ``[0, w] x [0, h]`` of each sample (``sizes``, else the whole canvas) goes
+    through ``matrix`` (corners, with the perspective divide); the output extent reaches to
+    the rightmost and lowest mapped corner, rounded up to whole pixels and clipped to the
+    output. Pixels outside it are border only. At least one pixel, so a crop to it is never
+    empty.
+    """
+    batch = matrix.shape[0]
+    if sizes is None:
+        hw = torch.tensor(image_size, dtype=torch.float64, device=matrix.device).expand(batch, 2)
+    else:
+        hw = sizes.to(device=matrix.device, dtype=torch.float64)
+    zeros = torch.zeros_like(hw[:, 0])
+    region = torch.stack([zeros, zeros, hw[:, 1], hw[:, 0]], dim=-1)[:, None]
+    mapped = transform_boxes(region, matrix.to(torch.float64))[:, 0]
+    out_h, out_w = out_size
+    width = torch.ceil(mapped[:, 2] - _EXTENT_TOLERANCE).clamp(1, out_w)
+    height = torch.ceil(mapped[:, 3] - _EXTENT_TOLERANCE).clamp(1, out_h)
+    return torch.stack([height, width], dim=-1).to(dtype)
+
+
 def advance(state: GeometryState, plan: Plan) -> GeometryState:
-    """The state after a step: boxes moved (unclipped), canvas resized, full valid region."""
+    """The state after a step: boxes moved (unclipped), canvas resized, valid region mapped."""
     return dataclasses.replace(
         state,
         image_size=plan.out_size,
-        sizes=None,
+        sizes=mapped_extent(state.sizes, state.image_size, plan.matrix, plan.out_size),
         boxes=transform_boxes(state.boxes, plan.matrix),
     )
 
@@ -223,11 +256,10 @@ def _apply_geometric(
     for rule in rules:
         keep = keep & rule(change)
     out = drop_boxes(batch, keep, clipped)
-    sizes = None
-    if batch.sizes is not None:
-        sizes = torch.tensor(total.out_size, dtype=batch.sizes.dtype, device=batch.sizes.device)
-        sizes = sizes.expand(len(batch), 2).clone()
-    out = out.replace(images=images, sizes=sizes)
+    dtype = batch.sizes.dtype if batch.sizes is not None else torch.int32
+    sizes = mapped_extent(batch.sizes, image_hw(batch.images), total.matrix, total.out_size, dtype)
+    device = batch.sizes.device if batch.sizes is not None else batch.images.device
+    out = out.replace(images=images, sizes=sizes.to(device))
     if recolor is not None and "hsv" not in options:
         out = recolor[0].apply(out, hsv_params)
     return out
