@@ -13,12 +13,13 @@ import torch
 
 pytest.importorskip("ultralytics")
 
-from ultralytics import YOLO
 from ultralytics.utils import ops
 
 import detfmt
 from detfmt.errors import UsageError
 from detfmt.integrations import ultralytics as du
+
+from ._recipes import run_recipe
 
 HYP = SimpleNamespace(
     mosaic=1.0,
@@ -123,27 +124,18 @@ def _rows(path):
         return [{k.strip(): float(v) for k, v in row.items()} for row in csv.DictReader(f)]
 
 
-def test_yolo_trains_and_validates_from_a_split_root(chess_root, tmp_path):
+def test_recipe_trains_and_validates_from_a_split_root(chess_root, tmp_path):
     torch.manual_seed(0)
-    model = YOLO("yolov8n.yaml")
-    model.train(
-        data=str(chess_root),
-        trainer=du.DetfmtTrainer,
-        epochs=5,
-        imgsz=96,
-        batch=4,
-        workers=1,
-        device="cpu",
+    options = dict(
+        device="cpu", workers=1, warmup_epochs=0, lr0=0.02, amp=False, seed=0, verbose=False
+    )
+    ns = run_recipe(
+        "ultralytics",
+        root=str(chess_root),
         project=str(tmp_path),
-        name="run",
-        exist_ok=True,
-        close_mosaic=2,
-        warmup_epochs=0,
-        lr0=0.02,
-        amp=False,
-        seed=0,
-        plots=True,
-        verbose=False,
+        EPOCHS=5,
+        IMGSZ=96,
+        OPTIONS=options,
     )
     run = tmp_path / "run"
     rows = _rows(run / "results.csv")
@@ -152,17 +144,7 @@ def test_yolo_trains_and_validates_from_a_split_root(chess_root, tmp_path):
     assert {"metrics/mAP50(B)", "val/box_loss"} <= set(rows[0])
     for plot in ("labels.jpg", "train_batch0.jpg", "results.png", "val_batch0_labels.jpg"):
         assert (run / plot).is_file(), plot
-    metrics = YOLO(run / "weights" / "last.pt").val(
-        data=str(chess_root),
-        validator=du.DetfmtValidator,
-        imgsz=96,
-        batch=4,
-        device="cpu",
-        project=str(tmp_path),
-        name="val",
-        plots=False,
-        verbose=False,
-    )
+    metrics = ns["metrics"]
     val = detfmt.open(chess_root / "val")
     assert int(metrics.nt_per_class.sum()) == int(np.sum(val.counts))  # every val box counted
     assert 0.0 <= metrics.box.map50 <= 1.0
