@@ -26,6 +26,7 @@ Run it in the integrations environment (tools/test_integrations.sh builds it). W
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import multiprocessing as mp
@@ -114,15 +115,19 @@ def detfmt_loader(path: Path, imgsz: int, batch: int, threads: int, rank: int | 
 # ---------------------------------------------------------------------------- measuring
 
 
+def endless(loader: Any) -> Any:
+    """Batches across epoch boundaries (windows may be longer than one epoch)."""
+    while True:
+        yield from loader
+
+
 def tree_cpu() -> float:
     """CPU seconds (user + system) of this process and its live descendants."""
     me = psutil.Process()
     total = sum(me.cpu_times()[:2])
     for child in me.children(recursive=True):
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             total += sum(child.cpu_times()[:2])
-        except psutil.NoSuchProcess:
-            pass
     return total
 
 
@@ -130,7 +135,7 @@ def data_only(loader: Any, batches: int) -> dict[str, float]:
     """Both pipelines prefetch (Ultralytics 2 batches per worker, detfmt 2 augmented batches
     plus the loader's gathers): work done before the window is not counted, work for batches
     beyond it is, so use windows much longer than the prefetch depth."""
-    it = iter(loader)
+    it = endless(loader)
     next(it)  # workers started, buffers and pools warm
     cpu0, t0, images = tree_cpu(), time.perf_counter(), 0
     for _ in range(batches):
@@ -145,7 +150,7 @@ def train(loader: Any, model: torch.nn.Module, iters: int, warmup: int) -> dict[
     model = copy.deepcopy(model)
     model.train()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.937, nesterov=True)
-    it = iter(loader)
+    it = endless(loader)
     waits, steps, images = [], [], 0
     for i in range(warmup + iters):
         t0 = time.perf_counter()
@@ -190,10 +195,12 @@ def speed(args: argparse.Namespace) -> dict[str, Any]:
             order = ["ultralytics", "detfmt"] if r % 2 == 0 else ["detfmt", "ultralytics"]
             result = {"round": r, "threads": threads, "load_before": load()}
             for side in order:
-                make = (lambda s=side, t=threads: ultralytics_loader(data_yaml, args.imgsz,
-                                                                     args.batch, t)
-                        if s == "ultralytics" else
-                        detfmt_loader(dpath, args.imgsz, args.batch, t))
+
+                def make(side: str = side, threads: int = threads) -> Any:
+                    if side == "ultralytics":
+                        return ultralytics_loader(data_yaml, args.imgsz, args.batch, threads)
+                    return detfmt_loader(dpath, args.imgsz, args.batch, threads)
+
                 result[side] = {"data": data_only(make(), args.data_batches),
                                 "train": train(make(), model, args.iters, args.warmup)}
             result["load_after"] = load()
@@ -211,14 +218,15 @@ def speed(args: argparse.Namespace) -> dict[str, Any]:
 # ---------------------------------------------------------------------------- two ranks
 
 
-def _pss_rss() -> tuple[int, int]:
+def _memory() -> dict[str, int]:
+    """Pss, Rss and the anonymous/file split of Pss from /proc/self/smaps_rollup (bytes)."""
     fields = {}
     with open("/proc/self/smaps_rollup") as f:
         for line in f:
             parts = line.split()
             if len(parts) >= 2 and parts[0].endswith(":"):
                 fields[parts[0][:-1]] = int(parts[1]) * 1024
-    return fields["Pss"], fields["Rss"]
+    return {k: fields.get(k, 0) for k in ("Pss", "Rss", "Pss_Anon", "Pss_File")}
 
 
 def _rank(side: str, rank: int, args: dict[str, Any], barrier: Any, out: Any) -> None:
@@ -234,8 +242,7 @@ def _rank(side: str, rank: int, args: dict[str, Any], barrier: Any, out: Any) ->
     for _ in range(share):
         next(it)
     barrier.wait()  # both ranks alive and done: shared pages are split between them
-    pss, rss = _pss_rss()
-    out.put((side, rank, pss, rss))
+    out.put((side, rank, _memory()))
     barrier.wait()
 
 
@@ -256,9 +263,10 @@ def memory(args: argparse.Namespace) -> dict[str, Any]:
             got = [out.get(timeout=600) for _ in procs]
             for p in procs:
                 p.join(timeout=120)
-            rows.append({"round": r, "side": side, "load": load(),
-                         "pss_mb": sum(g[2] for g in got) / 2**20,
-                         "rss_mb": sum(g[3] for g in got) / 2**20})
+            row = {"round": r, "side": side, "load": load()}
+            for key in ("Pss", "Rss", "Pss_Anon", "Pss_File"):
+                row[key.lower() + "_mb"] = sum(g[2][key] for g in got) / 2**20
+            rows.append(row)
             print(json.dumps(rows[-1]), flush=True)
     blob = sum(f.stat().st_size for f in Path(dpath).iterdir() if f.is_file())
     return {"args": vars(args), "rows": rows, "detfmt_bytes_mb": blob / 2**20}
@@ -291,8 +299,9 @@ def report_speed(result: dict[str, Any]) -> str:
     for threads in a["threads"]:
         rows = [r for r in result["rows"] if r["threads"] == threads]
         for side in ("ultralytics", "detfmt"):
+            speed_text = _mmm([r[side]["data"]["images_per_s"] for r in rows], "{:.1f}")
             lines.append(
-                f"| {threads} | {side} | {_mmm([r[side]['data']['images_per_s'] for r in rows], '{:.1f}')} | "
+                f"| {threads} | {side} | {speed_text} | "
                 f"{_mmm([r[side]['data']['cpu_s_per_image'] for r in rows], '{:.4f}')} | "
                 f"{_mmm([r[side]['train']['images_per_s'] for r in rows])} | "
                 f"{_mmm([100 * r[side]['train']['wait_share'] for r in rows], '{:.1f}%')} |"
@@ -321,10 +330,13 @@ def report_memory(result: dict[str, Any]) -> str:
              f"({result['detfmt_bytes_mb']:.0f} MB on disk, shared through the page cache). "
              "PSS splits shared pages between the processes that map them, so the PSS sum is "
              "the memory both ranks use; the RSS sum counts shared pages twice.", "",
-             "| side | PSS sum MB (min / median / max) | RSS sum MB |", "|---|---:|---:|"]
+             "| side | PSS sum MB (min / median / max) | of which anonymous | of which files "
+             "(libraries, dataset) | RSS sum MB |", "|---|---:|---:|---:|---:|"]
     for side in ("ultralytics", "detfmt"):
         rows = [r for r in result["rows"] if r["side"] == side]
         lines.append(f"| {side} | {_mmm([r['pss_mb'] for r in rows], '{:.0f}')} | "
+                     f"{_mmm([r['pss_anon_mb'] for r in rows], '{:.0f}')} | "
+                     f"{_mmm([r['pss_file_mb'] for r in rows], '{:.0f}')} | "
                      f"{_mmm([r['rss_mb'] for r in rows], '{:.0f}')} |")
     lines.append("")
     return "\n".join(lines)

@@ -90,6 +90,9 @@ class GeometricTransform(Augmentation):
     """
 
     affine_only: bool = True
+    # Whether `plan`/`sample_geometry` read the valid region (`GeometryState.content_hw`); the
+    # fused engine maps the region through earlier steps only when a later step reads it.
+    reads_valid_region: bool = False
 
     def __init__(
         self,
@@ -156,12 +159,16 @@ def mapped_extent(
     return torch.stack([height, width], dim=-1).to(dtype)
 
 
-def advance(state: GeometryState, plan: Plan) -> GeometryState:
-    """The state after a step: boxes moved (unclipped), canvas resized, valid region mapped."""
+def advance(state: GeometryState, plan: Plan, map_region: bool = True) -> GeometryState:
+    """The state after a step: boxes moved (unclipped), canvas resized, valid region mapped
+    (``map_region=False``: left as the full canvas, for when no later step reads it)."""
+    sizes = None
+    if map_region:
+        sizes = mapped_extent(state.sizes, state.image_size, plan.matrix, plan.out_size)
     return dataclasses.replace(
         state,
         image_size=plan.out_size,
-        sizes=mapped_extent(state.sizes, state.image_size, plan.matrix, plan.out_size),
+        sizes=sizes,
         boxes=transform_boxes(state.boxes, plan.matrix),
     )
 
@@ -183,7 +190,8 @@ def plan_steps(
         plan = step.plan(state, step_params)
         matrix = plan.matrix.to(torch.float32) @ matrix
         area_scale = area_scale * plan.area_scale.to(torch.float32)
-        state = advance(state, plan)
+        later = steps[i + 1 :]
+        state = advance(state, plan, any(s.reads_valid_region for s in later))
         used.append(step_params)
         if step.box_filter is not None:
             rules.append(step.box_filter)

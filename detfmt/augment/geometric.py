@@ -63,6 +63,8 @@ class Letterbox(GeometricTransform):
     (left = floor(pad / 2)). ``scaleup=False`` only shrinks.
     """
 
+    reads_valid_region = True
+
     def __init__(
         self,
         size: int | tuple[int, int],
@@ -187,6 +189,7 @@ class RandomFlip(GeometricTransform):
         if about not in FLIP_ABOUT:
             raise UsageError(f"about must be one of {FLIP_ABOUT}, got {about!r}")
         self.about = about
+        self.reads_valid_region = about == "valid"
 
     def sample_geometry(self, state: GeometryState) -> Params:
         return {"flip": rnd.bernoulli(self.generator, (state.batch_size,), self.p, state.device)}
@@ -254,6 +257,8 @@ class RandomIoUCrop(GeometricTransform):
     instead redraws the option until it succeeds). The crop is resized back to the canvas (as
     SSD's following Resize does) and boxes whose centre falls outside it are dropped.
     """
+
+    reads_valid_region = True
 
     def __init__(
         self,
