@@ -34,6 +34,7 @@ import torch
 try:
     from ultralytics.models.yolo.detect import DetectionTrainer, DetectionValidator
     from ultralytics.utils import LOGGER, YAML
+    from ultralytics.utils.torch_utils import unwrap_model
 except ImportError as error:  # pragma: no cover - exercised only without ultralytics
     raise ImportError(
         "detfmt.integrations.ultralytics needs Ultralytics: pip install 'detfmt[ultralytics]'"
@@ -436,7 +437,8 @@ class DetfmtTrainer(DetectionTrainer):
     ) -> DetfmtYoloLoader:
         if mode not in ("train", "val"):
             raise UsageError(f"mode must be 'train' or 'val', not {mode!r}")
-        stride = max(int(self.model.stride.max()) if hasattr(self.model, "stride") else 32, 32)
+        model = unwrap_model(self.model)  # DDP wraps it
+        stride = max(int(model.stride.max()) if hasattr(model, "stride") else 32, 32)
         return _dataloader(self.args, dataset_path, batch_size, mode, stride)
 
     def get_validator(self) -> DetfmtValidator:
