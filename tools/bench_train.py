@@ -201,15 +201,19 @@ def speed(args: argparse.Namespace) -> dict[str, Any]:
                         return ultralytics_loader(data_yaml, args.imgsz, args.batch, threads)
                     return detfmt_loader(dpath, args.imgsz, args.batch, threads)
 
-                result[side] = {"data": data_only(make(), args.data_batches),
-                                "train": train(make(), model, args.iters, args.warmup)}
+                result[side] = {"data": data_only(make(), args.data_batches)}
+                if args.iters:
+                    result[side]["train"] = train(make(), model, args.iters, args.warmup)
             result["load_after"] = load()
             u, d = result["ultralytics"], result["detfmt"]
             result["ratio"] = {
                 "data_images_per_s": d["data"]["images_per_s"] / u["data"]["images_per_s"],
                 "cpu_per_image": d["data"]["cpu_s_per_image"] / u["data"]["cpu_s_per_image"],
-                "train_images_per_s": d["train"]["images_per_s"] / u["train"]["images_per_s"],
             }
+            if args.iters:
+                result["ratio"]["train_images_per_s"] = (
+                    d["train"]["images_per_s"] / u["train"]["images_per_s"]
+                )
             rows.append(result)
             print(json.dumps(result), flush=True)
     return {"args": vars(args), "rows": rows}
@@ -296,24 +300,30 @@ def report_speed(result: dict[str, Any]) -> str:
         "data-wait share of the step |",
         "|---:|---|---:|---:|---:|---:|",
     ]
+    trained = bool(a["iters"])
     for threads in a["threads"]:
         rows = [r for r in result["rows"] if r["threads"] == threads]
         for side in ("ultralytics", "detfmt"):
             speed_text = _mmm([r[side]["data"]["images_per_s"] for r in rows], "{:.1f}")
+            train_text = wait_text = "-"
+            if trained:
+                train_text = _mmm([r[side]["train"]["images_per_s"] for r in rows])
+                wait_text = _mmm([100 * r[side]["train"]["wait_share"] for r in rows], "{:.1f}%")
             lines.append(
                 f"| {threads} | {side} | {speed_text} | "
                 f"{_mmm([r[side]['data']['cpu_s_per_image'] for r in rows], '{:.4f}')} | "
-                f"{_mmm([r[side]['train']['images_per_s'] for r in rows])} | "
-                f"{_mmm([100 * r[side]['train']['wait_share'] for r in rows], '{:.1f}%')} |"
+                f"{train_text} | {wait_text} |"
             )
     lines += ["", "| data threads | detfmt / Ultralytics: data img/s | data CPU per image | "
               "train img/s |", "|---:|---:|---:|---:|"]
     for threads in a["threads"]:
         rows = [r for r in result["rows"] if r["threads"] == threads]
+        train_ratio = (
+            _mmm([r["ratio"]["train_images_per_s"] for r in rows]) if trained else "-"
+        )
         lines.append(
             f"| {threads} | {_mmm([r['ratio']['data_images_per_s'] for r in rows])} | "
-            f"{_mmm([r['ratio']['cpu_per_image'] for r in rows])} | "
-            f"{_mmm([r['ratio']['train_images_per_s'] for r in rows])} |"
+            f"{_mmm([r['ratio']['cpu_per_image'] for r in rows])} | {train_ratio} |"
         )
     loads = [r["load_before"] for r in result["rows"]] + [r["load_after"] for r in result["rows"]]
     lines += ["", f"Load average (1/5/15 min) around the rounds: {loads[0]} .. {loads[-1]}.",
@@ -350,11 +360,13 @@ def main() -> None:
     parser.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "bench-train"))
     parser.add_argument("--imgsz", type=int, default=256)
     parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--iters", type=int, default=3)
+    parser.add_argument("--iters", type=int, default=3, help="training steps; 0: data only")
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--data-batches", type=int, default=16)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--name", default=None, help="output file stem (default: train, or "
+                        "train_data_<imgsz> with --iters 0, the data-only measurement)")
     parser.add_argument("--memory", action="store_true")
     parser.add_argument("--memory-imgsz", type=int, default=640)
     parser.add_argument("--memory-rounds", type=int, default=3)
@@ -372,8 +384,9 @@ def main() -> None:
     else:
         result = speed(args)
         result["commit"] = commit
-        (out / "train.json").write_text(json.dumps(result, indent=1))
-        (out / "train.md").write_text(report_speed(result))
+        name = args.name or ("train" if args.iters else f"train_data_{args.imgsz}")
+        (out / f"{name}.json").write_text(json.dumps(result, indent=1))
+        (out / f"{name}.md").write_text(report_speed(result))
         print(report_speed(result))
     sys.stdout.flush()
 

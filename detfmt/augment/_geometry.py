@@ -18,6 +18,7 @@ import torch
 from detfmt.augment import _backend
 from detfmt.augment._base import Augmentation, Params, fill_for, image_hw
 from detfmt.augment._matrix import clip_boxes, eye, transform_boxes
+from detfmt.augment._memory import empty_hwc
 from detfmt.augment._warp import warp_images
 from detfmt.augment.sanitize import BoxChange, BoxRule, drop_boxes, non_empty
 from detfmt.errors import UsageError
@@ -220,6 +221,42 @@ def apply_geometric(
         return _apply_geometric(batch, steps, params, source, recolor)
 
 
+def _identity_on_cpu(images: torch.Tensor, matrix: torch.Tensor) -> bool:
+    """Every sample's matrix is the identity (eager uint8 CPU batches only: a host check)."""
+    if images.device.type != "cpu" or images.dtype != torch.uint8 or images.ndim != 4:
+        return False
+    if torch.compiler.is_compiling():
+        return False
+    return bool(torch.equal(matrix, eye(matrix.shape[0], matrix.device, matrix.dtype)))
+
+
+def _copy_valid(
+    images: torch.Tensor,
+    matrix: torch.Tensor,
+    out_size: tuple[int, int],
+    *,
+    fill: float,
+    sizes: torch.Tensor | None = None,
+    **_: Any,
+) -> torch.Tensor:
+    """The warp through identity matrices, as copies: each valid region, fill elsewhere.
+
+    Bit-identical to resampling (every output pixel centre lands on its source pixel centre)
+    at the cost of one copy instead of a resample.
+    """
+    batch, channels, height, width = images.shape
+    out_h, out_w = out_size
+    out = empty_hwc((batch, out_h, out_w, channels), images.dtype)
+    out.fill_(int(fill))
+    regions = sizes.tolist() if sizes is not None else [(height, width)] * batch
+    source = images.permute(0, 2, 3, 1).numpy()
+    target = out.numpy()
+    for b, (h, w) in enumerate(regions):
+        h, w = min(int(h), out_h, height), min(int(w), out_w, width)
+        target[b, :h, :w] = source[b, :h, :w]
+    return out.permute(0, 3, 1, 2)
+
+
 def _apply_geometric(
     batch: Batch,
     steps: Sequence[GeometricTransform],
@@ -240,7 +277,9 @@ def _apply_geometric(
     warp = warp_images
     options: dict[str, Any] = {}
     opencv = source is not None or _backend.use_opencv(batch.images)
-    if opencv:
+    if source is None and _identity_on_cpu(batch.images, total.matrix):
+        warp = _copy_valid  # e.g. a letterbox of images already at the target size
+    elif opencv:
         from detfmt.augment._opencv import warp_images_opencv as warp  # cv2 and numpy on demand
 
         options["source"] = source

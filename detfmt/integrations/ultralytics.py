@@ -388,7 +388,7 @@ class DetfmtYoloLoader:
             ori.append((h0, w0))
             ratio_pad.append(((new_h / h0, new_w / w0), (left, top)))
         return {
-            "img": batch.images.contiguous(),
+            "img": _nchw(batch.images),
             "cls": targets["cls"],
             "bboxes": targets["bboxes"],
             "batch_idx": targets["batch_idx"],
@@ -397,6 +397,29 @@ class DetfmtYoloLoader:
             "resized_shape": tuple((int(height), int(width)) for _ in indices),
             "ratio_pad": tuple(ratio_pad),
         }
+
+
+def _nchw(images: torch.Tensor) -> torch.Tensor:
+    """A contiguous (B, 3, H, W) batch, as Ultralytics' collate makes it.
+
+    The augmented batch is channels_last; on the CPU ``cv2.split`` de-interleaves each image
+    about 4x faster than torch's strided ``contiguous()`` (Ultralytics installs OpenCV).
+    """
+    if (
+        images.is_contiguous()
+        or images.device.type != "cpu"
+        or images.dtype != torch.uint8
+        or not images.is_contiguous(memory_format=torch.channels_last)
+    ):
+        return images.contiguous()
+    import cv2
+
+    out = torch.empty(images.shape, dtype=images.dtype)
+    hwc = images.permute(0, 2, 3, 1).numpy()
+    planes = out.numpy()
+    for b in range(images.shape[0]):
+        cv2.split(hwc[b], [planes[b, c] for c in range(images.shape[1])])
+    return out
 
 
 def _threads(workers: int) -> int:

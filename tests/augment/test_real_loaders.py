@@ -253,3 +253,26 @@ def test_compact_can_count_what_it_cut():
     assert torch.equal(out.mask.sum(1) + out.extras["boxes_cut"], counts)
     with pytest.raises(UsageError):
         A.compact(batch, max_boxes=2, overflow="drop")
+
+
+def test_identity_geometry_is_a_copy_identical_to_the_warp():
+    """A letterbox of images already at the target size skips the resample, same result."""
+    from detfmt.augment._geometry import _copy_valid
+    from detfmt.augment._warp import warp_images
+
+    batch = loader_like(4, 48, 64, 3, seed=51)
+    batch = batch.replace(sizes=torch.tensor([[48, 64], [30, 64], [48, 40], [20, 33]]))
+    matrix = torch.eye(3).expand(4, 3, 3)
+    for out_size in ((48, 64), (56, 72), (40, 50)):
+        warped = warp_images(batch.images, matrix, out_size, fill=114.0, sizes=batch.sizes)
+        copied = _copy_valid(batch.images, matrix, out_size, fill=114.0, sizes=batch.sizes)
+        assert torch.equal(warped, copied), out_size
+    # every sample's long side is already 64: the letterbox is the identity for all of them
+    square = loader_like(3, 64, 64, 3, seed=52)
+    square = square.replace(sizes=torch.tensor([[64, 64], [40, 64], [64, 30]], dtype=torch.int32))
+    out = A.Letterbox(64, center=False)(square)
+    ref = warp_images(
+        square.images, torch.eye(3).expand(3, 3, 3), (64, 64), fill=114.0, sizes=square.sizes
+    )
+    assert torch.equal(out.images, ref) and torch.equal(out.sizes, square.sizes)
+    assert torch.equal(out.boxes[out.mask], square.boxes[square.mask])
