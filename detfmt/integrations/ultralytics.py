@@ -40,11 +40,13 @@ except ImportError as error:  # pragma: no cover - exercised only without ultral
         "detfmt.integrations.ultralytics needs Ultralytics: pip install 'detfmt[ultralytics]'"
     ) from error
 
-import detfmt
 from detfmt.augment.presets import yolo_train, yolo_val
 from detfmt.augment.targets import to_ultralytics
 from detfmt.errors import UsageError
 from detfmt.integrations.pipeline import AugmentedBatches
+
+# TODO(lead): the dispatching open, once it moves out of the reader (issue 11)
+from detfmt.reader import open_dataset
 from detfmt.torch.batch import Batch
 
 SPLITS = ("train", "val", "test")
@@ -56,7 +58,7 @@ def _is_detfmt(path: Path) -> bool:
     if not path.is_dir():
         return False
     try:
-        ds = detfmt.open(path)
+        ds = open_dataset(path)
     except Exception:  # any reason it does not open: not a detfmt dataset for our purpose
         return False
     close = getattr(ds, "close", None)
@@ -66,7 +68,7 @@ def _is_detfmt(path: Path) -> bool:
 
 
 def _class_names(path: str | os.PathLike[str]) -> list[str]:
-    ds = detfmt.open(path)
+    ds = open_dataset(path)
     try:
         return list(ds.class_names)
     finally:
@@ -158,7 +160,7 @@ class DetfmtYoloDataset(torch.utils.data.Dataset):
 
     def __init__(self, path: str | os.PathLike[str], *, augment: bool, hyp: Any) -> None:
         self.path = os.fspath(path)
-        self.ds = detfmt.open(self.path)
+        self.ds = open_dataset(self.path)
         self.augment = augment
         self.hyp = hyp
         self.mosaic = bool(augment and getattr(hyp, "mosaic", 0.0) > 0)
