@@ -34,6 +34,9 @@ as ``__cause__``, never leaked.
 
 `error_for(rule, ...)` builds the typed error of a rule id: the one registry (`RULES`) that the
 reader, ``verify`` and the conformance adapter share.
+
+
+        └── TooManyBoxesError               a box cap (max_boxes) would drop valid boxes
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ __all__ = [
     "TargetExistsError",
     "TargetLockedError",
     "TargetNotWritableError",
+    "TooManyBoxesError",
     "UnsafePathError",
     "UnsupportedVersionError",
     "UsageError",
@@ -306,3 +310,29 @@ class CacheError(WriteError):
     """The shard cache cannot be used: not private to this user, not writable, or full."""
 
     default_rule = "CACHE_UNUSABLE"
+
+
+class TooManyBoxesError(UsageError):
+    """A fixed number of box slots (``max_boxes``) is smaller than a sample's valid boxes.
+
+    Raised instead of dropping the boxes beyond the cap: a missing box teaches the model that
+    the object is background. ``index`` names the sample (dataset index where known),
+    ``count`` its valid boxes and ``max_boxes`` the cap.
+    """
+
+    default_rule = "MAX_BOXES"
+
+    def __init__(self, message: str, *, count: int, max_boxes: int, **kwargs) -> None:
+        self.count = int(count)
+        self.max_boxes = int(max_boxes)
+        super().__init__(message, **kwargs)
+
+    def __reduce__(self):  # keep count/max_boxes too across pickling
+        state = (self.message, self.count, self.max_boxes, self.rule, self.path, self.index)
+        return (_rebuild_too_many_boxes, state)
+
+
+def _rebuild_too_many_boxes(message, count, max_boxes, rule, path, index):
+    return TooManyBoxesError(
+        message, count=count, max_boxes=max_boxes, rule=rule, path=path, index=index
+    )

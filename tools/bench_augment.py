@@ -261,7 +261,8 @@ def main(argv: list[str] | None = None) -> int:
     images, boxes = make_inputs(args.batch, args.size, args.slots, args.seed)
     batch = to_batch(images, boxes, args.slots).to(device)
     steps: list[torch.nn.Module] = [A.Mosaic()] if args.mosaic else []
-    steps += [A.RandomAffine(size=args.size), A.RandomFlip(p=0.5), A.RandomHSV()]
+    # Ultralytics flips the whole image after its affine: about="canvas"
+    steps += [A.RandomAffine(size=args.size), A.RandomFlip(p=0.5, about="canvas"), A.RandomHSV()]
     pipeline = A.Compose(steps, generator=torch.Generator().manual_seed(args.seed))
     random.seed(args.seed)
     np.random.seed(args.seed)

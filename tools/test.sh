@@ -11,4 +11,10 @@ fi
 .venv/bin/python -m pip install -q --disable-pip-version-check \
   -e '.[test,torch,scale,augment-test]' torch==2.13.0
 .venv/bin/python -m ruff check .
-exec .venv/bin/python -m pytest -q "$@"
+.venv/bin/python -m pytest -q "$@"
+# The training integrations (Ultralytics, torchvision, transformers, Lightning, JAX, TF) need
+# torch 2.14.1 + torchvision, so they run in their own environment (tools/test_integrations.sh),
+# after the main suite and only for a whole-suite run; DETFMT_SKIP_INTEGRATIONS=1 skips them.
+if [ "$#" -eq 0 ] && [ "${DETFMT_SKIP_INTEGRATIONS:-0}" != 1 ]; then
+  bash tools/test_integrations.sh
+fi

@@ -10,6 +10,7 @@ v + 0.5) through its inverse, so boxes and pixels move together. Padding slots h
 class -1, mask False, and no module turns a slot from False to True. See docs/augment.md.
 """
 
+from detfmt.augment import presets
 from detfmt.augment._backend import get_cpu_backend, set_cpu_backend
 from detfmt.augment._kernels import use_compiled_kernels
 from detfmt.augment.color import ColorJitter, Normalize, RandomHSV, ToFloat
@@ -63,6 +64,7 @@ __all__ = [
     "compact",
     "get_cpu_backend",
     "normalized_cxcywh",
+    "presets",
     "render_batch",
     "set_cpu_backend",
     "to_detr",

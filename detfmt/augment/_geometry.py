@@ -18,6 +18,7 @@ import torch
 from detfmt.augment import _backend
 from detfmt.augment._base import Augmentation, Params, fill_for, image_hw
 from detfmt.augment._matrix import clip_boxes, eye, transform_boxes
+from detfmt.augment._memory import empty_hwc
 from detfmt.augment._warp import warp_images
 from detfmt.augment.sanitize import BoxChange, BoxRule, drop_boxes, non_empty
 from detfmt.errors import UsageError
@@ -90,6 +91,9 @@ class GeometricTransform(Augmentation):
     """
 
     affine_only: bool = True
+    # Whether `plan`/`sample_geometry` read the valid region (`GeometryState.content_hw`); the
+    # fused engine maps the region through earlier steps only when a later step reads it.
+    reads_valid_region: bool = False
 
     def __init__(
         self,
@@ -123,12 +127,49 @@ class GeometricTransform(Augmentation):
         return apply_geometric(batch, [self], [params])
 
 
-def advance(state: GeometryState, plan: Plan) -> GeometryState:
-    """The state after a step: boxes moved (unclipped), canvas resized, full valid region."""
+# Mapped corners within this of a pixel edge count as on it (float error, not content).
+_EXTENT_TOLERANCE = 1e-3
+
+
+def mapped_extent(
+    sizes: torch.Tensor | None,
+    image_size: tuple[int, int],
+    matrix: torch.Tensor,
+    out_size: tuple[int, int],
+    dtype: torch.dtype = torch.int32,
+) -> torch.Tensor:
+    """(B, 2) (h, w) of the top-left region of the output that holds every real pixel.
+
+    The valid region ``[0, w] x [0, h]`` of each sample (``sizes``, else the whole canvas) goes
+    through ``matrix`` (corners, with the perspective divide); the output extent reaches to
+    the rightmost and lowest mapped corner, rounded up to whole pixels and clipped to the
+    output. Pixels outside it are border only. At least one pixel, so a crop to it is never
+    empty.
+    """
+    batch = matrix.shape[0]
+    if sizes is None:
+        hw = torch.tensor(image_size, dtype=torch.float64, device=matrix.device).expand(batch, 2)
+    else:
+        hw = sizes.to(device=matrix.device, dtype=torch.float64)
+    zeros = torch.zeros_like(hw[:, 0])
+    region = torch.stack([zeros, zeros, hw[:, 1], hw[:, 0]], dim=-1)[:, None]
+    mapped = transform_boxes(region, matrix.to(torch.float64))[:, 0]
+    out_h, out_w = out_size
+    width = torch.ceil(mapped[:, 2] - _EXTENT_TOLERANCE).clamp(1, out_w)
+    height = torch.ceil(mapped[:, 3] - _EXTENT_TOLERANCE).clamp(1, out_h)
+    return torch.stack([height, width], dim=-1).to(dtype)
+
+
+def advance(state: GeometryState, plan: Plan, map_region: bool = True) -> GeometryState:
+    """The state after a step: boxes moved (unclipped), canvas resized, valid region mapped
+    (``map_region=False``: left as the full canvas, for when no later step reads it)."""
+    sizes = None
+    if map_region:
+        sizes = mapped_extent(state.sizes, state.image_size, plan.matrix, plan.out_size)
     return dataclasses.replace(
         state,
         image_size=plan.out_size,
-        sizes=None,
+        sizes=sizes,
         boxes=transform_boxes(state.boxes, plan.matrix),
     )
 
@@ -150,7 +191,8 @@ def plan_steps(
         plan = step.plan(state, step_params)
         matrix = plan.matrix.to(torch.float32) @ matrix
         area_scale = area_scale * plan.area_scale.to(torch.float32)
-        state = advance(state, plan)
+        later = steps[i + 1 :]
+        state = advance(state, plan, any(s.reads_valid_region for s in later))
         used.append(step_params)
         if step.box_filter is not None:
             rules.append(step.box_filter)
@@ -179,6 +221,42 @@ def apply_geometric(
         return _apply_geometric(batch, steps, params, source, recolor)
 
 
+def _identity_on_cpu(images: torch.Tensor, matrix: torch.Tensor) -> bool:
+    """Every sample's matrix is the identity (eager uint8 CPU batches only: a host check)."""
+    if images.device.type != "cpu" or images.dtype != torch.uint8 or images.ndim != 4:
+        return False
+    if torch.compiler.is_compiling():
+        return False
+    return bool(torch.equal(matrix, eye(matrix.shape[0], matrix.device, matrix.dtype)))
+
+
+def _copy_valid(
+    images: torch.Tensor,
+    matrix: torch.Tensor,
+    out_size: tuple[int, int],
+    *,
+    fill: float,
+    sizes: torch.Tensor | None = None,
+    **_: Any,
+) -> torch.Tensor:
+    """The warp through identity matrices, as copies: each valid region, fill elsewhere.
+
+    Bit-identical to resampling (every output pixel centre lands on its source pixel centre)
+    at the cost of one copy instead of a resample.
+    """
+    batch, channels, height, width = images.shape
+    out_h, out_w = out_size
+    out = empty_hwc((batch, out_h, out_w, channels), images.dtype)
+    out.fill_(int(fill))
+    regions = sizes.tolist() if sizes is not None else [(height, width)] * batch
+    source = images.permute(0, 2, 3, 1).numpy()
+    target = out.numpy()
+    for b, (h, w) in enumerate(regions):
+        h, w = min(int(h), out_h, height), min(int(w), out_w, width)
+        target[b, :h, :w] = source[b, :h, :w]
+    return out.permute(0, 3, 1, 2)
+
+
 def _apply_geometric(
     batch: Batch,
     steps: Sequence[GeometricTransform],
@@ -199,7 +277,9 @@ def _apply_geometric(
     warp = warp_images
     options: dict[str, Any] = {}
     opencv = source is not None or _backend.use_opencv(batch.images)
-    if opencv:
+    if source is None and _identity_on_cpu(batch.images, total.matrix):
+        warp = _copy_valid  # e.g. a letterbox of images already at the target size
+    elif opencv:
         from detfmt.augment._opencv import warp_images_opencv as warp  # cv2 and numpy on demand
 
         options["source"] = source
@@ -223,11 +303,10 @@ def _apply_geometric(
     for rule in rules:
         keep = keep & rule(change)
     out = drop_boxes(batch, keep, clipped)
-    sizes = None
-    if batch.sizes is not None:
-        sizes = torch.tensor(total.out_size, dtype=batch.sizes.dtype, device=batch.sizes.device)
-        sizes = sizes.expand(len(batch), 2).clone()
-    out = out.replace(images=images, sizes=sizes)
+    dtype = batch.sizes.dtype if batch.sizes is not None else torch.int32
+    sizes = mapped_extent(batch.sizes, image_hw(batch.images), total.matrix, total.out_size, dtype)
+    device = batch.sizes.device if batch.sizes is not None else batch.images.device
+    out = out.replace(images=images, sizes=sizes.to(device))
     if recolor is not None and "hsv" not in options:
         out = recolor[0].apply(out, hsv_params)
     return out

@@ -63,6 +63,8 @@ class Letterbox(GeometricTransform):
     (left = floor(pad / 2)). ``scaleup=False`` only shrinks.
     """
 
+    reads_valid_region = True
+
     def __init__(
         self,
         size: int | tuple[int, int],
@@ -161,11 +163,16 @@ class RandomAffine(GeometricTransform):
         return Plan(t @ s @ r @ p @ c, (out_h, out_w), params["scale"] ** 2)
 
 
+FLIP_ABOUT = ("valid", "canvas")
+
+
 class RandomFlip(GeometricTransform):
     """Flip each sample with probability ``p``: x' = W - x (or y' = H - y with vertical=True).
 
-    The flip is about each sample's valid region when ``batch.sizes`` is set (the canvas is
-    then resampled), else about the whole canvas with an exact index flip.
+    ``about="valid"`` (default) mirrors each sample's valid region (``batch.sizes``; the whole
+    canvas when it is None), so the content stays inside the region a model is shown.
+    ``about="canvas"`` mirrors the whole canvas, as Ultralytics does after its letterbox and
+    affine (the valid region then grows to cover the mirrored content).
     """
 
     def __init__(
@@ -173,17 +180,25 @@ class RandomFlip(GeometricTransform):
         *,
         p: float = 0.5,
         vertical: bool = False,
+        about: str = "valid",
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__(interpolation="nearest", generator=generator)
         self.p = check_probability("p", p)
         self.vertical = bool(vertical)
+        if about not in FLIP_ABOUT:
+            raise UsageError(f"about must be one of {FLIP_ABOUT}, got {about!r}")
+        self.about = about
+        self.reads_valid_region = about == "valid"
 
     def sample_geometry(self, state: GeometryState) -> Params:
         return {"flip": rnd.bernoulli(self.generator, (state.batch_size,), self.p, state.device)}
 
+    def _extent(self, state: GeometryState) -> tuple[torch.Tensor, torch.Tensor]:
+        return _full_hw(state) if self.about == "canvas" else state.content_hw()
+
     def plan(self, state: GeometryState, params: Params) -> Plan:
-        h, w = state.content_hw()
+        h, w = self._extent(state)
         if self.vertical:
             matrix = mx.vertical_flip(params["flip"], h.to(torch.float32))
         else:
@@ -191,7 +206,7 @@ class RandomFlip(GeometricTransform):
         return Plan(matrix, state.image_size, torch.ones(state.batch_size, device=state.device))
 
     def apply(self, batch: Batch, params: Params) -> Batch:
-        if batch.sizes is not None:
+        if batch.sizes is not None and self.about == "valid":
             return apply_geometric(batch, [self], [params])
         height, width = image_hw(batch.images)
         flip = params["flip"]
@@ -203,7 +218,21 @@ class RandomFlip(GeometricTransform):
         flipped[..., i0] = extent - boxes[..., i1]
         flipped[..., i1] = extent - boxes[..., i0]
         take = (flip[:, None] & batch.mask)[..., None]
-        return batch.replace(images=images, boxes=torch.where(take, flipped, boxes))
+        sizes = batch.sizes
+        if sizes is not None:
+            # A mirrored sample's content now ends at the canvas edge.
+            full = torch.tensor((height, width), dtype=sizes.dtype, device=sizes.device)
+            axis = 0 if self.vertical else 1
+            grown = sizes.clone()
+            grown[:, axis] = full[axis]
+            sizes = torch.where(flip.to(sizes.device)[:, None], grown, sizes)
+        return batch.replace(images=images, boxes=torch.where(take, flipped, boxes), sizes=sizes)
+
+
+def _full_hw(state: GeometryState) -> tuple[torch.Tensor, torch.Tensor]:
+    full = torch.tensor(state.image_size, dtype=torch.float64, device=state.device)
+    full = full.expand(state.batch_size, 2)
+    return full[:, 0], full[:, 1]
 
 
 def _box_iou_with_crops(boxes: torch.Tensor, crops: torch.Tensor) -> torch.Tensor:
@@ -228,6 +257,8 @@ class RandomIoUCrop(GeometricTransform):
     instead redraws the option until it succeeds). The crop is resized back to the canvas (as
     SSD's following Resize does) and boxes whose centre falls outside it are dropped.
     """
+
+    reads_valid_region = True
 
     def __init__(
         self,
@@ -347,5 +378,9 @@ class MultiScaleResize(Augmentation):
         boxes = (batch.boxes * factor).to(batch.boxes.dtype)
         sizes = batch.sizes
         if sizes is not None:
-            sizes = torch.round(sizes * factor[[1, 0]]).to(sizes.dtype)
+            # The content edge lands at h * factor: the pixel it cuts still holds content.
+            scaled = sizes.to(torch.float64) * factor[[1, 0]].to(torch.float64)
+            limit = torch.tensor((new_h, new_w), dtype=torch.float64, device=sizes.device)
+            scaled = torch.minimum(torch.ceil(scaled - 1e-6), limit).clamp_min(1)
+            sizes = scaled.to(sizes.dtype)
         return batch.replace(images=out, boxes=boxes, sizes=sizes)

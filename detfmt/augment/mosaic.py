@@ -30,7 +30,12 @@ _CANVAS_CHUNK = 4
 
 
 class _RingBuffer(nn.Module):
-    """The last ``capacity`` samples (images, boxes, classes, mask, sizes) on the batch device."""
+    """The last ``capacity`` samples (images, boxes, classes, mask, sizes) on the batch device.
+
+    Batches from a real loader differ in canvas size and box slots from one batch to the next:
+    the buffer grows to the largest canvas and slot count seen (a sample keeps its pixels at the
+    top-left of its slot, its valid region in ``sizes``; slots beyond its boxes are padding).
+    """
 
     def __init__(self, capacity: int) -> None:
         super().__init__()
@@ -43,36 +48,78 @@ class _RingBuffer(nn.Module):
         self.mask: torch.Tensor | None = None
         self.sizes: torch.Tensor | None = None
 
-    def push(self, batch: Batch, sizes: torch.Tensor) -> None:
-        if self.images is None:
-            n = self.capacity
-            # Same memory layout as the batch (channels_last from the loader): the push and the
-            # tile copies out of the buffer are then plain copies, not transposes (~3x faster).
-            layout = (
-                torch.channels_last
-                if batch.images.dim() == 4
-                and batch.images.is_contiguous(memory_format=torch.channels_last)
-                else torch.contiguous_format
+    def _check_compatible(self, batch: Batch) -> None:
+        """Shapes may change between batches; channels, dtypes and device may not."""
+        assert self.images is not None and self.boxes is not None and self.classes is not None
+        images = batch.images
+        held = self.images
+        if images.dim() != 4 or images.shape[1] != held.shape[1]:
+            raise UsageError(
+                f"Mosaic's buffer holds (N, {held.shape[1]}, H, W) images, this batch has shape "
+                f"{tuple(images.shape)}: give every batch the same channel count"
             )
-            self.images = torch.empty(
-                (n, *batch.images.shape[1:]),
-                dtype=batch.images.dtype,
-                device=batch.images.device,
-                memory_format=layout,
-            ).zero_()
-            self.boxes = batch.boxes.new_zeros((n, *batch.boxes.shape[1:]))
-            self.classes = batch.classes.new_full((n, *batch.classes.shape[1:]), -1)
-            self.mask = batch.mask.new_zeros((n, *batch.mask.shape[1:]))
-            self.sizes = sizes.new_zeros((n, 2))
-        if self.images.shape[1:] != batch.images.shape[1:] or (
-            self.boxes.shape[1:] != batch.boxes.shape[1:]
-        ):
-            raise UsageError("Mosaic ring buffer needs the same image shape and box slots")
+        if images.dtype != held.dtype or images.device != held.device:
+            raise UsageError(
+                f"Mosaic's buffer holds {held.dtype} images on {held.device}, this batch has "
+                f"{images.dtype} on {images.device}: run Mosaic before ToFloat/Normalize and keep "
+                "its batches on one device"
+            )
+        if batch.boxes.dtype != self.boxes.dtype or batch.classes.dtype != self.classes.dtype:
+            raise UsageError(
+                f"Mosaic's buffer holds {self.boxes.dtype} boxes and {self.classes.dtype} "
+                f"classes, this batch has {batch.boxes.dtype} and {batch.classes.dtype}"
+            )
+
+    def _allocate(self, batch: Batch, height: int, width: int, slots: int) -> None:
+        """(Re)allocate for a (height, width) canvas and ``slots`` boxes, keeping held samples."""
+        n = self.capacity
+        images = batch.images
+        # Same memory layout as the batch (channels_last from the loader): the push and the tile
+        # copies out of the buffer are then plain copies, not transposes (~3x faster).
+        layout = (
+            torch.channels_last
+            if images.is_contiguous(memory_format=torch.channels_last)
+            else torch.contiguous_format
+        )
+        new_images = torch.zeros(
+            (n, images.shape[1], height, width),
+            dtype=images.dtype,
+            device=images.device,
+        ).contiguous(memory_format=layout)
+        new_boxes = batch.boxes.new_zeros((n, slots, 4))
+        new_classes = batch.classes.new_full((n, slots), -1)
+        new_mask = batch.mask.new_zeros((n, slots))
+        new_sizes = torch.zeros((n, 2), dtype=torch.int64, device=images.device)
+        if self.images is not None:
+            assert self.boxes is not None and self.classes is not None
+            assert self.mask is not None and self.sizes is not None
+            old_h, old_w = self.images.shape[-2:]
+            old_m = self.boxes.shape[1]
+            new_images[:, :, :old_h, :old_w].copy_(self.images)
+            new_boxes[:, :old_m].copy_(self.boxes)
+            new_classes[:, :old_m].copy_(self.classes)
+            new_mask[:, :old_m].copy_(self.mask)
+            new_sizes.copy_(self.sizes)
+        self.images, self.boxes, self.classes = new_images, new_boxes, new_classes
+        self.mask, self.sizes = new_mask, new_sizes
+
+    def push(self, batch: Batch, sizes: torch.Tensor) -> None:
+        height, width = batch.images.shape[-2:]
+        slots = batch.boxes.shape[1]
+        if self.images is None:
+            self._allocate(batch, height, width, slots)
+        self._check_compatible(batch)
+        assert self.images is not None and self.boxes is not None and self.classes is not None
+        assert self.mask is not None and self.sizes is not None
+        held_h, held_w = self.images.shape[-2:]
+        held_m = self.boxes.shape[1]
+        if height > held_h or width > held_w or slots > held_m:
+            self._allocate(batch, max(height, held_h), max(width, held_w), max(slots, held_m))
         fields = (
-            (self.images, batch.images),
-            (self.boxes, batch.boxes),
-            (self.classes, batch.classes),
-            (self.mask, batch.mask),
+            (self.images[:, :, :height, :width], batch.images),
+            (self.boxes[:, :slots], batch.boxes),
+            (self.classes[:, :slots], batch.classes),
+            (self.mask[:, :slots], batch.mask),
             (self.sizes, sizes.to(self.sizes.dtype)),
         )
         # Sample j goes to slot (cursor + j) % capacity; only the last `capacity` samples
@@ -83,11 +130,36 @@ class _RingBuffer(nn.Module):
         count = n - skip
         start = (self.cursor + skip) % self.capacity
         first = min(count, self.capacity - start)
-        for store, value in fields:
-            store[start : start + first].copy_(value[skip : skip + first])
-            store[: count - first].copy_(value[skip + first :])
+        runs = ((start, start + first, skip), (0, count - first, skip + first))
+        for lo, hi, src in runs:
+            if hi <= lo:
+                continue
+            for store, value in fields:
+                store[lo:hi].copy_(value[src : src + hi - lo])
+            # Box slots this batch does not have are padding (an older sample may have used them).
+            self.boxes[lo:hi, slots:] = 0
+            self.classes[lo:hi, slots:] = -1
+            self.mask[lo:hi, slots:] = False
         self.cursor = (self.cursor + len(batch)) % self.capacity
         self.filled = min(self.capacity, self.filled + len(batch))
+
+
+def _pad_slots(value: torch.Tensor, slots: int, fill: float | bool) -> torch.Tensor:
+    """``value`` (N, M, ...) widened to ``slots`` box slots with ``fill``."""
+    missing = slots - value.shape[1]
+    if missing <= 0:
+        return value
+    pad = value.new_full((value.shape[0], missing, *value.shape[2:]), fill)
+    return torch.cat([value, pad], dim=1)
+
+
+def _pad_hw(images: torch.Tensor, height: int, width: int) -> torch.Tensor:
+    """(N, H, W, C) images widened to (N, height, width, C) (zeros; never read as content)."""
+    if images.shape[1] == height and images.shape[2] == width:
+        return images
+    out = images.new_zeros((images.shape[0], height, width, images.shape[3]))
+    out[:, : images.shape[1], : images.shape[2]] = images
+    return out
 
 
 def _content_sizes(batch: Batch) -> torch.Tensor:
@@ -145,17 +217,39 @@ class Mosaic(Augmentation):
     def _gather(
         self, batch: Batch, tiles: torch.Tensor, with_images: bool
     ) -> tuple[torch.Tensor, ...]:
-        """[images (B, 4, H, W, 3),] boxes, classes, mask (B, 4, M, ...), sizes (B, 4, 2)."""
+        """[images (B, 4, TH, TW, C),] boxes, classes, mask (B, 4, M, ...), sizes (B, 4, 2).
+
+        With a buffer, the batch and the buffer are widened to common box slots (and, for the
+        images, a common tile canvas TH x TW): they differ when batches do.
+        """
         sizes = _content_sizes(batch)
         fields = [batch.boxes, batch.classes, batch.mask, sizes]
         if with_images:
             fields.insert(0, batch.images.permute(0, 2, 3, 1))
         if self.buffer is not None and self.buffer.filled > 0:
             buf = self.buffer
+            assert buf.images is not None and buf.boxes is not None and buf.classes is not None
+            assert buf.mask is not None and buf.sizes is not None
             n = buf.filled
-            extra = [buf.boxes[:n], buf.classes[:n], buf.mask[:n], buf.sizes[:n]]
+            slots = max(batch.boxes.shape[1], buf.boxes.shape[1])
+            fields[-4:] = [
+                _pad_slots(batch.boxes, slots, 0.0),
+                _pad_slots(batch.classes, slots, -1),
+                _pad_slots(batch.mask, slots, False),
+                sizes,
+            ]
+            extra = [
+                _pad_slots(buf.boxes[:n], slots, 0.0),
+                _pad_slots(buf.classes[:n], slots, -1),
+                _pad_slots(buf.mask[:n], slots, False),
+                buf.sizes[:n],
+            ]
             if with_images:
-                extra.insert(0, buf.images[:n].permute(0, 2, 3, 1))
+                held = buf.images[:n].permute(0, 2, 3, 1)
+                tile_h = max(fields[0].shape[1], held.shape[1])
+                tile_w = max(fields[0].shape[2], held.shape[2])
+                fields[0] = _pad_hw(fields[0], tile_h, tile_w)
+                extra.insert(0, _pad_hw(held, tile_h, tile_w))
             in_batch = tiles < len(batch)
             local = tiles.clamp(max=len(batch) - 1)
             remote = (tiles - len(batch)).clamp(min=0)
@@ -258,15 +352,14 @@ class Mosaic(Augmentation):
         keep = keep.reshape(bsz, 4 * m)
         moved = moved.reshape(bsz, 4 * m, 4)
         classes = classes.reshape(bsz, 4 * m)
-        sizes_out = None
-        if batch.sizes is not None:
-            sizes_out = (
-                torch.tensor(
-                    [2 * height, 2 * width], dtype=batch.sizes.dtype, device=batch.sizes.device
-                )
-                .expand(bsz, 2)
-                .clone()
-            )
+        # The real extent: the right and lower edges of the tiles placed (clipped to the canvas).
+        right = torch.where(used, (ox + w).clamp(max=2 * width), 0).amax(dim=1)
+        bottom = torch.where(used, (oy + h).clamp(max=2 * height), 0).amax(dim=1)
+        extent = torch.stack([bottom, right], dim=-1).clamp_min(1)
+        sizes_out = extent.to(
+            dtype=batch.sizes.dtype if batch.sizes is not None else torch.int32,
+            device=batch.sizes.device if batch.sizes is not None else extent.device,
+        )
         out = batch.replace(
             boxes=torch.where(keep[..., None], moved, 0.0).to(batch.boxes.dtype),
             classes=torch.where(keep, classes, torch.full_like(classes, -1)),
@@ -338,7 +431,8 @@ class Mosaic(Augmentation):
         Runs over chunks of samples so the int64 index stays small on CPU.
         """
         tiles, ox, oy, h, w, xc, yc, chosen, _ = placement
-        bsz, _, height, width, channels = tiles.shape
+        bsz, _, tile_h, tile_w, channels = tiles.shape  # tiles may be larger than the batch
+        height, width = image_hw(batch.images)
         dev = tiles.device
         y = torch.arange(2 * height, device=dev)[None, :, None]
         x = torch.arange(2 * width, device=dev)[None, None, :]
@@ -360,8 +454,8 @@ class Mosaic(Augmentation):
             sx = x - per_tile(ox[sl])
             inside = (sy >= 0) & (sy < per_tile(h[sl])) & (sx >= 0) & (sx < per_tile(w[sl]))
             tile = torch.arange(n, device=dev)[:, None] * 4 + quadrant
-            flat = (tile.view_as(sy) * height + sy.clamp(0, height - 1)) * width
-            flat = flat + sx.clamp(0, width - 1)
+            flat = (tile.view_as(sy) * tile_h + sy.clamp(0, tile_h - 1)) * tile_w
+            flat = flat + sx.clamp(0, tile_w - 1)
             table = tiles[sl].reshape(-1, channels)
             out = table[flat.flatten()].view(n, 2 * height, 2 * width, channels)
             parts.append(torch.where(inside[..., None], out, fill))

@@ -5,16 +5,31 @@ from __future__ import annotations
 import torch
 
 from detfmt.augment._base import image_hw
-from detfmt.errors import UsageError
+from detfmt.errors import TooManyBoxesError, UsageError
 from detfmt.torch.batch import Batch
 
+OVERFLOW_MODES = ("raise", "count")
 
-def compact(batch: Batch, max_boxes: int | None = None) -> Batch:
-    """Move valid boxes to the front (stable) and keep ``max_boxes`` slots (default: as many)."""
+
+def compact(batch: Batch, max_boxes: int | None = None, *, overflow: str = "raise") -> Batch:
+    """Move valid boxes to the front (stable) and keep ``max_boxes`` slots (default: as many).
+
+    A sample with more valid boxes than ``max_boxes`` is never cut silently:
+    ``overflow="raise"`` (default) raises `TooManyBoxesError` naming the sample (this reads
+    the counts on the host); ``overflow="count"`` keeps the first ``max_boxes`` and records how
+    many each sample lost in ``extras["boxes_cut"]`` ((B,) int64, no host sync, so it suits
+    ``torch.compile``), for the caller to log or check.
+    """
+    if overflow not in OVERFLOW_MODES:
+        raise UsageError(f"overflow must be one of {OVERFLOW_MODES}, got {overflow!r}")
     slots = batch.boxes.shape[1]
     max_boxes = slots if max_boxes is None else int(max_boxes)
     if max_boxes < 0:
         raise UsageError(f"max_boxes must be >= 0, got {max_boxes!r}")
+    counts = batch.mask.sum(dim=1)
+    cut = (counts - max_boxes).clamp_min(0)
+    if overflow == "raise" and max_boxes < slots and bool((cut > 0).any()):
+        _raise_too_many(batch, counts, max_boxes)
     order = torch.sort((~batch.mask).to(torch.int8), dim=1, stable=True).indices[:, :max_boxes]
     take = min(max_boxes, slots)
     pad = max_boxes - take
@@ -25,7 +40,26 @@ def compact(batch: Batch, max_boxes: int | None = None) -> Batch:
         boxes = torch.cat([boxes, boxes.new_zeros((len(batch), pad, 4))], dim=1)
         classes = torch.cat([classes, classes.new_full((len(batch), pad), -1)], dim=1)
         mask = torch.cat([mask, mask.new_zeros((len(batch), pad))], dim=1)
-    return batch.replace(boxes=boxes, classes=classes, mask=mask)
+    out = batch.replace(boxes=boxes, classes=classes, mask=mask)
+    if overflow == "count":
+        out = out.replace(extras={**batch.extras, "boxes_cut": cut.to(torch.int64)})
+    return out
+
+
+def _raise_too_many(batch: Batch, counts: torch.Tensor, max_boxes: int) -> None:
+    position = int(torch.argmax((counts > max_boxes).to(torch.int8)))
+    count = int(counts[position])
+    index = int(batch.indices[position]) if batch.indices is not None else None
+    where = f"dataset sample {index}" if index is not None else f"batch position {position}"
+    raise TooManyBoxesError(
+        f"{where} has {count} valid boxes, more than max_boxes={max_boxes}; raise max_boxes "
+        "(after Mosaic/MixUp a sample can hold the boxes of 4 or 2 images) or pass "
+        "overflow='count' to keep the first max_boxes and record the rest in "
+        "extras['boxes_cut']",
+        count=count,
+        max_boxes=max_boxes,
+        index=index,
+    )
 
 
 def xyxy_to_cxcywh(boxes: torch.Tensor) -> torch.Tensor:

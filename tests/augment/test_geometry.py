@@ -211,7 +211,8 @@ def test_letterbox_matches_ultralytics_geometry():
     expected = mx.transform_boxes(batch.boxes[:1], m[None])
     keep = out.mask[0]
     assert torch.allclose(out.boxes[0][keep], expected[0][keep].clamp(0, 64), atol=1e-4)
-    assert out.sizes.tolist() == [[64, 64], [64, 64]]
+    # the real extent: top pad + content (19 + 26, 13 + 38); the bottom padding is outside
+    assert out.sizes.tolist() == [[45, 64], [51, 64]]
 
 
 def test_iou_crop_respects_constraints():

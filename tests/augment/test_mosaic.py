@@ -15,6 +15,7 @@ def reference_mosaic4(tiles, tile_boxes, xc: int, yc: int, s_hw):
     sh, sw = s_hw
     img4 = np.full((sh * 2, sw * 2, 3), 114, dtype=np.uint8)
     out_boxes = []
+    extent = [0, 0]  # the lowest and rightmost edge of a placed tile: the real image extent
     for i, (img, boxes) in enumerate(zip(tiles, tile_boxes, strict=True)):
         h, w = img.shape[:2]
         if i == 0:
@@ -30,13 +31,14 @@ def reference_mosaic4(tiles, tile_boxes, xc: int, yc: int, s_hw):
             x1a, y1a, x2a, y2a = xc, yc, min(xc + w, sw * 2), min(sh * 2, yc + h)
             x1b, y1b, x2b, y2b = 0, 0, min(w, x2a - x1a), min(y2a - y1a, h)
         img4[y1a:y2a, x1a:x2a] = img[y1b:y2b, x1b:x2b]
+        extent = [max(extent[0], y2a), max(extent[1], x2a)]
         padw, padh = x1a - x1b, y1a - y1b
         out_boxes.append(boxes + np.array([padw, padh, padw, padh], dtype=np.float32))
     boxes = np.concatenate(out_boxes, 0)
     boxes[:, [0, 2]] = boxes[:, [0, 2]].clip(0, 2 * sw)
     boxes[:, [1, 3]] = boxes[:, [1, 3]].clip(0, 2 * sh)
     good = (boxes[:, 2] - boxes[:, 0] > 0) & (boxes[:, 3] - boxes[:, 1] > 0)
-    return img4, boxes[good]
+    return img4, boxes[good], extent
 
 
 def test_mosaic_matches_ultralytics_mosaic4():
@@ -51,7 +53,6 @@ def test_mosaic_matches_ultralytics_mosaic4():
     out = mosaic(batch)
     params = mosaic.last_params
     assert out.images.shape == (6, 3, 64, 80) and out.boxes.shape == (6, 16, 4)
-    assert out.sizes.tolist() == [[64, 80]] * 6
     hwc = batch.images.permute(0, 2, 3, 1).numpy()
     for b in range(len(batch)):
         tiles, tile_boxes = [], []
@@ -61,8 +62,9 @@ def test_mosaic_matches_ultralytics_mosaic4():
             tile_boxes.append(batch.boxes[t][batch.mask[t]].numpy())
         xc, yc = params["center"][b].tolist()
         assert 20 <= xc < 60 and 16 <= yc < 48
-        img4, boxes = reference_mosaic4(tiles, tile_boxes, xc, yc, (32, 40))
+        img4, boxes, extent = reference_mosaic4(tiles, tile_boxes, xc, yc, (32, 40))
         assert np.array_equal(out.images[b].permute(1, 2, 0).numpy(), img4)
+        assert out.sizes[b].tolist() == extent
         got = out.boxes[b][out.mask[b]].numpy()
         assert got.shape == boxes.shape
         np.testing.assert_allclose(got, boxes, atol=1e-5)

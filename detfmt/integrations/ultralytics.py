@@ -1,0 +1,491 @@
+"""Ultralytics YOLO from detfmt datasets: Ultralytics' own trainer and validator, detfmt data.
+
+    from ultralytics import YOLO
+    from detfmt.integrations.ultralytics import DetfmtTrainer
+
+    YOLO("yolov8n.yaml").train(data="chess", trainer=DetfmtTrainer, epochs=10, imgsz=640)
+
+``data`` is a split root holding detfmt datasets ``train/`` and ``val/`` (``test/`` optional), a
+single detfmt dataset (used for both), a dict, or an Ultralytics data YAML whose ``train``/``val``
+point at detfmt datasets (``names`` may be left out: they come from the dataset). Everything
+else is Ultralytics': its trainer loop, loss, optimizer, EMA, ``close_mosaic``, validator,
+metrics, plots, checkpoints and DDP. Only the data path differs: `detfmt.torch.Loader` gathers
+the batches (threads, the spec-defined order, each rank its share of every global batch) and
+`detfmt.augment.presets.yolo_train` reproduces Ultralytics' default augmentation from the run's
+hyperparameters (mosaic, mixup, degrees, translate, scale, shear, perspective, flipud, fliplr,
+hsv_h/s/v), on a background thread so it overlaps the training step. The batches are
+Ultralytics' collated dicts (``img`` uint8, ``cls``, ``bboxes`` normalised xywh, ``batch_idx``,
+``im_file``, ``ori_shape``, ``resized_shape``, ``ratio_pad``).
+
+Tested with the Ultralytics versions of the ``ultralytics`` extra (see pyproject.toml).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from copy import copy
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+try:
+    from ultralytics.models.yolo.detect import DetectionTrainer, DetectionValidator
+    from ultralytics.utils import LOGGER, YAML
+    from ultralytics.utils.torch_utils import unwrap_model
+except ImportError as error:  # pragma: no cover - exercised only without ultralytics
+    raise ImportError(
+        "detfmt.integrations.ultralytics needs Ultralytics: pip install 'detfmt[ultralytics]'"
+    ) from error
+
+from detfmt.api import open_dataset
+from detfmt.augment.presets import yolo_train, yolo_val
+from detfmt.augment.targets import to_ultralytics
+from detfmt.errors import UsageError
+from detfmt.integrations.pipeline import AugmentedBatches
+from detfmt.torch.batch import Batch
+
+SPLITS = ("train", "val", "test")
+DATA_YAML = "detfmt_data.yaml"
+
+
+def _is_detfmt(path: Path) -> bool:
+    """Whether ``path`` opens as a detfmt dataset (1.0 directory or sharded root)."""
+    if not path.is_dir():
+        return False
+    try:
+        ds = open_dataset(path)
+    except Exception:  # any reason it does not open: not a detfmt dataset for our purpose
+        return False
+    close = getattr(ds, "close", None)
+    if close is not None:
+        close()
+    return True
+
+
+def _class_names(path: str | os.PathLike[str]) -> list[str]:
+    ds = open_dataset(path)
+    try:
+        return list(ds.class_names)
+    finally:
+        close = getattr(ds, "close", None)
+        if close is not None:
+            close()
+
+
+def resolve_data(data: Any) -> dict[str, Any]:
+    """Ultralytics' data dict (``path``, ``train``, ``val``, ``names``, ``nc``, ``channels``).
+
+    Accepts a split root (``train/``, ``val/``, optional ``test/``), one detfmt dataset (train
+    and val), a dict, or a YAML file with ``train``/``val`` (relative to ``path`` or the
+    file's folder). Raises `UsageError` naming what is missing.
+    """
+    source = data
+    if isinstance(data, (str, os.PathLike)):
+        path = Path(data).expanduser()
+        if path.suffix in (".yaml", ".yml") and path.is_file():
+            loaded = YAML.load(path)
+            root = Path(loaded.get("path") or path.parent)
+            if not root.is_absolute():
+                root = (path.parent / root).resolve()
+            data = {**loaded, "path": root}
+        elif _is_detfmt(path):
+            data = {"path": path.parent, "train": path, "val": path}
+            LOGGER.warning(f"detfmt: {path} is one dataset, it is used for training and validation")
+        elif path.is_dir():
+            found = {s: path / s for s in SPLITS if _is_detfmt(path / s)}
+            if "train" not in found or "val" not in found:
+                raise UsageError(
+                    f"{path} holds no detfmt datasets train/ and val/ (found {sorted(found)}); "
+                    "pass a split root, a dataset, or a YAML with train: and val:"
+                )
+            data = {"path": path, **found}
+        else:
+            raise UsageError(f"data {os.fspath(path)!r} is not a directory or a YAML file")
+    if not isinstance(data, dict):
+        raise UsageError(f"data must be a path or a dict, got {type(source).__name__}")
+    root = Path(data.get("path") or ".")
+    out: dict[str, Any] = {"path": str(root)}
+    for split in SPLITS:
+        value = data.get(split)
+        if value is None:
+            continue
+        if isinstance(value, (list, tuple)):
+            raise UsageError(f"{split}: one detfmt dataset per split, got a list ({value!r})")
+        split_path = Path(value)
+        split_path = split_path if split_path.is_absolute() else root / split_path
+        if not _is_detfmt(split_path):
+            raise UsageError(f"{split}: {os.fspath(split_path)!r} is not a detfmt dataset")
+        out[split] = str(split_path.resolve())
+    for split in ("train", "val"):
+        if split not in out:
+            raise UsageError(f"data has no {split!r} split: {source!r}")
+    names = data.get("names")
+    if names is None:
+        names = _class_names(out["train"])
+    if isinstance(names, dict):
+        names = [names[k] for k in sorted(names)]
+    out["names"] = {i: str(n) for i, n in enumerate(names)}
+    out["nc"] = len(out["names"])
+    out["channels"] = 3
+    return out
+
+
+def write_data_yaml(data: dict[str, Any], path: str | os.PathLike[str]) -> Path:
+    """Save a resolved data dict as an Ultralytics data YAML (absolute paths)."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    YAML.save(
+        target,
+        {
+            "path": str(data["path"]),
+            **{s: str(data[s]) for s in SPLITS if data.get(s)},
+            "names": dict(data["names"]),
+        },
+    )
+    return target
+
+
+class DetfmtYoloDataset(torch.utils.data.Dataset):
+    """What Ultralytics' trainer reads from ``loader.dataset``: labels, files, the mosaic switch.
+
+    Labels are read once from the dataset's box arrays (for ``plot_labels``, class weights and
+    ``max_det``); samples are never fetched through ``__getitem__`` (the loader gathers whole
+    batches), which raises.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, augment: bool, hyp: Any) -> None:
+        self.path = os.fspath(path)
+        self.ds = open_dataset(self.path)
+        self.augment = augment
+        self.hyp = hyp
+        self.mosaic = bool(augment and getattr(hyp, "mosaic", 0.0) > 0)
+        self.im_files = [self._file_name(i) for i in range(len(self.ds))]
+        self.labels = self._labels()
+
+    def _file_name(self, index: int) -> str:
+        if "file_name" in self.ds.schema.image_fields:
+            return os.path.join(self.path, self.ds.string_field("file_name", index))
+        return os.path.join(self.path, f"{index:08d}")
+
+    def _labels(self) -> list[dict[str, Any]]:
+        """Ultralytics' label dicts, from the reader's checked labels (any kind of dataset)."""
+        sizes = np.asarray(self.ds.sizes, dtype=np.float32)
+        labels = []
+        n = len(self.ds)
+        for start in range(0, n, 4096):
+            block = self.ds.labels(np.arange(start, min(n, start + 4096)))
+            for row, i in enumerate(block.indices.tolist()):
+                keep = block.mask[row]
+                h, w = sizes[i]
+                xyxy = block.boxes[row][keep].astype(np.float32)
+                xywh = np.stack(
+                    [
+                        (xyxy[:, 0] + xyxy[:, 2]) / 2 / w,
+                        (xyxy[:, 1] + xyxy[:, 3]) / 2 / h,
+                        (xyxy[:, 2] - xyxy[:, 0]) / w,
+                        (xyxy[:, 3] - xyxy[:, 1]) / h,
+                    ],
+                    axis=1,
+                ).reshape(-1, 4)
+                labels.append(
+                    {
+                        "im_file": self.im_files[i],
+                        "shape": (int(h), int(w)),
+                        "cls": block.classes[row][keep].astype(np.float32).reshape(-1, 1),
+                        "bboxes": xywh,
+                        "normalized": True,
+                        "bbox_format": "xywh",
+                    }
+                )
+        return labels
+
+    def close_mosaic(self, hyp: Any) -> None:
+        """Ultralytics' ``close_mosaic``: the loader's next pass builds the pipeline without it."""
+        self.mosaic = False
+        self.hyp = hyp
+
+    def __len__(self) -> int:
+        return len(self.ds)
+
+    def __getitem__(self, index: int) -> Any:
+        raise UsageError("DetfmtYoloDataset is read in whole batches by DetfmtYoloLoader")
+
+
+class _RankSampler:
+    """What the trainer reads from ``loader.sampler``: its length and ``set_epoch``."""
+
+    def __init__(self, loader: DetfmtYoloLoader) -> None:
+        self.loader = loader
+
+    def __len__(self) -> int:
+        return self.loader.samples_per_rank
+
+    def set_epoch(self, epoch: int) -> None:
+        self.loader.set_epoch(epoch)
+
+
+def _rank_and_world() -> tuple[int, int]:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return 0, 1
+
+
+class _SequentialBatches:
+    """Validation: this rank's contiguous share of ``0..N-1`` in order, each sample once.
+
+    Ultralytics validates on every rank and gathers the statistics on rank 0, so the shares
+    must neither overlap nor repeat samples (a padded order would count some twice).
+    """
+
+    def __init__(self, ds: Any, batch_size: int) -> None:
+        rank, world = _rank_and_world()
+        n = len(ds)
+        start, stop = n * rank // world, n * (rank + 1) // world
+        self.ds = ds
+        self.indices = np.arange(start, stop, dtype=np.int64)
+        self.batch_size = batch_size
+
+    def __len__(self) -> int:
+        return math.ceil(len(self.indices) / self.batch_size)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Validation order does not depend on the epoch."""
+
+    def __iter__(self):
+        for start in range(0, len(self.indices), self.batch_size):
+            chunk = self.indices[start : start + self.batch_size]
+            nb = self.ds.batch(chunk)
+            yield Batch(
+                images=torch.from_numpy(np.ascontiguousarray(nb.images)).permute(0, 3, 1, 2),
+                boxes=torch.from_numpy(np.asarray(nb.boxes, dtype=np.float32)),
+                classes=torch.from_numpy(np.asarray(nb.classes, dtype=np.int64)),
+                mask=torch.from_numpy(np.asarray(nb.mask, dtype=bool)),
+                sizes=torch.from_numpy(np.asarray(nb.sizes, dtype=np.int32)),
+                indices=torch.from_numpy(np.asarray(chunk)),
+            )
+
+
+class DetfmtYoloLoader:
+    """Ultralytics-format batches from a detfmt dataset (what ``get_dataloader`` returns).
+
+    Training: a `detfmt.torch.Loader` (shuffled, each rank its share of every global batch,
+    rank and world size from ``torch.distributed`` under Ultralytics' DDP) and the
+    `yolo_train` preset built from the run's hyperparameters (rebuilt by ``reset()`` after
+    ``close_mosaic``). Validation: each rank's contiguous share, in order, every sample once,
+    through the `yolo_val` letterbox.
+    """
+
+    def __init__(
+        self,
+        dataset: DetfmtYoloDataset,
+        batch_size: int,
+        *,
+        imgsz: int,
+        augment: bool,
+        seed: int = 0,
+        threads: int = 2,
+        prefetch: int = 2,
+    ) -> None:
+        from detfmt.torch import Loader
+
+        self.dataset = dataset
+        self.batch_size = int(batch_size)
+        self.imgsz = int(imgsz)
+        self.augment = augment
+        self.seed = int(seed)
+        self.num_workers = int(threads)
+        self.drop_last = False
+        if augment:
+            self.loader: Any = Loader(
+                dataset.ds,
+                self.batch_size,
+                shuffle=True,
+                seed=self.seed,
+                num_threads=max(1, self.num_workers),
+            )
+            self.drop_last = bool(getattr(self.loader, "drop_last", False))
+        else:
+            self.loader = _SequentialBatches(dataset.ds, self.batch_size)
+        self.sampler = _RankSampler(self)
+        self.prefetch = prefetch
+        self.reset()
+
+    @property
+    def samples_per_rank(self) -> int:
+        if isinstance(self.loader, _SequentialBatches):
+            return len(self.loader.indices)
+        if getattr(self.loader, "world_size", 1) == 1 and not self.drop_last:
+            return len(self.dataset)  # the last batch may be short, as Ultralytics' own
+        return len(self.loader) * self.batch_size
+
+    def reset(self) -> None:
+        """(Re)build the augmentation from the dataset's current state (after close_mosaic)."""
+        if self.augment:
+            hyp = self.dataset.hyp
+            generator = torch.Generator().manual_seed(self.seed + 1)
+            transform = yolo_train(
+                self.imgsz,
+                mosaic=float(hyp.mosaic) if self.dataset.mosaic else 0.0,
+                mixup=float(getattr(hyp, "mixup", 0.0)),
+                degrees=float(hyp.degrees),
+                translate=float(hyp.translate),
+                scale=float(hyp.scale),
+                shear=float(hyp.shear),
+                perspective=float(hyp.perspective),
+                flipud=float(hyp.flipud),
+                fliplr=float(hyp.fliplr),
+                hsv_h=float(hyp.hsv_h),
+                hsv_s=float(hyp.hsv_s),
+                hsv_v=float(hyp.hsv_v),
+                buffer_size=min(len(self.dataset), 8 * self.batch_size),
+                generator=generator,
+            )
+        else:
+            transform = yolo_val(self.imgsz)
+        self.batches = AugmentedBatches(
+            self.loader,
+            transform,
+            self.to_batch_dict,
+            prefetch=self.prefetch,
+            threads=max(1, self.num_workers),
+        )
+
+    def set_epoch(self, epoch: int) -> None:
+        self.loader.set_epoch(epoch)
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self):
+        return iter(self.batches)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.batches.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.batches.load_state_dict(state)
+
+    def close(self) -> None:
+        """Nothing to stop between passes (the trainer calls this before rebuilding)."""
+
+    def to_batch_dict(self, batch: Batch) -> dict[str, Any]:
+        """Ultralytics' collated batch from an augmented `Batch`."""
+        targets = to_ultralytics(batch)
+        indices = batch.indices.tolist() if batch.indices is not None else [None] * len(batch)
+        stored = np.asarray(self.dataset.ds.sizes)
+        height, width = batch.images.shape[-2:]
+        ori, ratio_pad = [], []
+        for index in indices:
+            h0, w0 = (int(v) for v in stored[index]) if index is not None else (height, width)
+            # the val letterbox: long side to imgsz, centred (Ultralytics' LetterBox)
+            r = min(height / h0, width / w0)
+            new_h, new_w = round(h0 * r), round(w0 * r)
+            left, top = math.floor((width - new_w) / 2), math.floor((height - new_h) / 2)
+            ori.append((h0, w0))
+            ratio_pad.append(((new_h / h0, new_w / w0), (left, top)))
+        return {
+            "img": _nchw(batch.images),
+            "cls": targets["cls"],
+            "bboxes": targets["bboxes"],
+            "batch_idx": targets["batch_idx"],
+            "im_file": tuple(self.dataset.im_files[i] if i is not None else "" for i in indices),
+            "ori_shape": tuple(ori),
+            "resized_shape": tuple((int(height), int(width)) for _ in indices),
+            "ratio_pad": tuple(ratio_pad),
+        }
+
+
+def _nchw(images: torch.Tensor) -> torch.Tensor:
+    """A contiguous (B, 3, H, W) batch, as Ultralytics' collate makes it.
+
+    The augmented batch is channels_last; on the CPU ``cv2.split`` de-interleaves each image
+    about 4x faster than torch's strided ``contiguous()`` (Ultralytics installs OpenCV).
+    """
+    if (
+        images.is_contiguous()
+        or images.device.type != "cpu"
+        or images.dtype != torch.uint8
+        or not images.is_contiguous(memory_format=torch.channels_last)
+    ):
+        return images.contiguous()
+    import cv2
+
+    out = torch.empty(images.shape, dtype=images.dtype)
+    hwc = images.permute(0, 2, 3, 1).numpy()
+    planes = out.numpy()
+    for b in range(images.shape[0]):
+        cv2.split(hwc[b], [planes[b, c] for c in range(images.shape[1])])
+    return out
+
+
+def _threads(workers: int) -> int:
+    return max(1, min(int(workers) or 1, os.cpu_count() or 1))
+
+
+def _dataloader(args: Any, path: str, batch_size: int, mode: str, stride: int) -> DetfmtYoloLoader:
+    augment = mode == "train"
+    dataset = DetfmtYoloDataset(path, augment=augment, hyp=copy(args))
+    imgsz = int(math.ceil(int(args.imgsz) / stride) * stride)
+    return DetfmtYoloLoader(
+        dataset,
+        batch_size,
+        imgsz=imgsz,
+        augment=augment,
+        seed=int(args.seed),
+        threads=_threads(args.workers),
+    )
+
+
+class DetfmtTrainer(DetectionTrainer):
+    """Ultralytics' ``DetectionTrainer`` reading detfmt datasets (``trainer=DetfmtTrainer``)."""
+
+    def get_dataset(self) -> dict[str, Any]:
+        data = resolve_data(self.args.data)
+        # The validator re-reads args.data with Ultralytics' own YAML check (final_eval, val):
+        # hand it a YAML that points at the detfmt splits.
+        self.args.data = str(write_data_yaml(data, Path(self.save_dir) / DATA_YAML))
+        if self.args.single_cls:
+            data["names"], data["nc"] = {0: "item"}, 1
+        return data
+
+    def build_dataset(self, img_path: str, mode: str = "train", batch: int | None = None):
+        return DetfmtYoloDataset(img_path, augment=mode == "train", hyp=copy(self.args))
+
+    def get_dataloader(
+        self, dataset_path: str, batch_size: int = 16, rank: int = 0, mode: str = "train"
+    ) -> DetfmtYoloLoader:
+        if mode not in ("train", "val"):
+            raise UsageError(f"mode must be 'train' or 'val', not {mode!r}")
+        model = unwrap_model(self.model)  # DDP wraps it
+        stride = max(int(model.stride.max()) if hasattr(model, "stride") else 32, 32)
+        return _dataloader(self.args, dataset_path, batch_size, mode, stride)
+
+    def get_validator(self) -> DetfmtValidator:
+        return DetfmtValidator(
+            self.test_loader,
+            save_dir=self.save_dir,
+            args=copy(self.args),
+            _callbacks=self.callbacks,
+        )
+
+
+class DetfmtValidator(DetectionValidator):
+    """Ultralytics' ``DetectionValidator`` on detfmt datasets (``validator=DetfmtValidator``)."""
+
+    def __call__(self, trainer: Any = None, model: Any = None) -> Any:
+        if trainer is None and not str(self.args.data).endswith((".yaml", ".yml")):
+            data = resolve_data(self.args.data)
+            self.args.data = str(write_data_yaml(data, Path(self.save_dir) / DATA_YAML))
+        return super().__call__(trainer=trainer, model=model)
+
+    def build_dataset(self, img_path: str, mode: str = "val", batch: int | None = None):
+        return DetfmtYoloDataset(img_path, augment=False, hyp=copy(self.args))
+
+    def get_dataloader(self, dataset_path: str, batch_size: int) -> DetfmtYoloLoader:
+        stride = max(
+            int(self.stride.max()) if hasattr(self.stride, "max") else int(self.stride), 32
+        )
+        return _dataloader(self.args, dataset_path, batch_size, "val", stride)

@@ -1,0 +1,97 @@
+"""transformers: targets as DETR's and RT-DETR's own image processors make them from the same
+images and boxes; the recipe trains a small random-init DETR and its loss falls."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+import detfmt  # noqa: E402
+import detfmt.augment as A  # noqa: E402
+from detfmt.integrations.pipeline import AugmentedBatches  # noqa: E402
+from detfmt.integrations.transformers import HFDetectionCollator, to_hf_detection  # noqa: E402
+from detfmt.torch import DetectionDataset, Loader  # noqa: E402
+
+from ._recipes import falling, run_recipe  # noqa: E402
+
+
+def _augmented_batches(path, count=2):
+    augment = A.Compose(
+        [A.Letterbox((192, 224), center=False), A.RandomAffine(degrees=3), A.RandomFlip()],
+        generator=torch.Generator().manual_seed(5),
+    )
+    batches = AugmentedBatches(Loader(path, batch_size=3, seed=4), augment)
+    return [b for _, b in zip(range(count), batches, strict=False)]
+
+
+def _processor_inputs(batch):
+    """The same images (each cropped to its extent) and boxes as COCO annotations."""
+    images, annotations = [], []
+    for i in range(len(batch)):
+        h, w = batch.sizes[i].tolist()
+        images.append(batch.images[i, :, :h, :w].contiguous())
+        keep = batch.mask[i]
+        objects = []
+        for (x1, y1, x2, y2), c in zip(
+            batch.boxes[i][keep].tolist(), batch.classes[i][keep].tolist(), strict=True
+        ):
+            objects.append(
+                {"bbox": [x1, y1, x2 - x1, y2 - y1], "category_id": c, "area": 1.0, "iscrowd": 0}
+            )
+        annotations.append({"image_id": int(batch.indices[i]), "annotations": objects})
+    return images, annotations
+
+
+@pytest.mark.parametrize(
+    ("processor_class", "normalize"),
+    [("DetrImageProcessor", True), ("RTDetrImageProcessor", False)],
+)
+def test_targets_match_transformers_processors(chess_train, processor_class, normalize):
+    processor = getattr(transformers, processor_class)(
+        do_resize=False, do_pad=True, do_normalize=normalize
+    )
+    for batch in _augmented_batches(chess_train):
+        ours = to_hf_detection(batch, normalize=normalize)
+        images, annotations = _processor_inputs(batch)
+        theirs = processor(images=images, annotations=annotations, return_tensors="pt")
+        assert torch.equal(ours["pixel_mask"], theirs["pixel_mask"])
+        torch.testing.assert_close(ours["pixel_values"], theirs["pixel_values"])
+        for mine, ref in zip(ours["labels"], theirs["labels"], strict=True):
+            assert torch.equal(mine["class_labels"], ref["class_labels"])
+            torch.testing.assert_close(mine["boxes"], ref["boxes"], rtol=0, atol=1e-6)
+            # the processors set "size" only when they resize or pad that image; ours always is
+            # the canvas (the loss does not read it)
+            assert mine["size"].tolist() == list(ref.get("size", ours["pixel_mask"].shape[1:]))
+            assert mine["orig_size"].tolist() == list(ref["orig_size"])
+            assert mine["image_id"].tolist() == ref["image_id"].tolist()
+            assert torch.equal(mine["iscrowd"], ref["iscrowd"])
+
+
+def test_boxes_denormalise_to_the_batch_boxes(chess_train):
+    for batch in _augmented_batches(chess_train):
+        out = to_hf_detection(batch)
+        height, width = out["pixel_values"].shape[-2:]
+        for i, target in enumerate(out["labels"]):
+            cx, cy, w, h = (target["boxes"] * torch.tensor([width, height] * 2)).unbind(-1)
+            xyxy = torch.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], dim=-1)
+            torch.testing.assert_close(xyxy, batch.boxes[i][batch.mask[i]], rtol=0, atol=1e-4)
+
+
+def test_collator_for_dataloader_items_fills_orig_size(chess_train):
+    ds = detfmt.open(chess_train)
+    items = [DetectionDataset(chess_train, layout="CHW")[i] for i in (0, 3, 5)]
+    collate = HFDetectionCollator(A.Letterbox(128), dataset=ds)
+    out = collate(items)
+    assert out["pixel_values"].shape[0] == 3
+    for k, target in zip((0, 3, 5), out["labels"], strict=True):
+        assert target["orig_size"].tolist() == list(ds.sizes[k])
+        assert len(target["class_labels"]) == int(ds.counts[k])
+
+
+def test_recipe_trains_detr_and_the_loss_falls(chess_train):
+    torch.manual_seed(0)
+    losses = run_recipe("transformers", train_path=chess_train, STEPS=5)["losses"]
+    assert len(losses) == 10
+    assert falling(losses), losses

@@ -1,0 +1,150 @@
+"""Ultralytics: YOLO trains and validates from detfmt split roots with Ultralytics' own trainer
+and validator; batches are Ultralytics' format and equal the augmented batch's boxes; the
+validation geometry maps back to the stored boxes."""
+
+from __future__ import annotations
+
+import csv
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("ultralytics")
+
+from ultralytics.utils import ops
+
+import detfmt
+from detfmt.errors import UsageError
+from detfmt.integrations import ultralytics as du
+
+from ._recipes import run_recipe
+
+HYP = SimpleNamespace(
+    mosaic=1.0,
+    mixup=0.0,
+    degrees=0.0,
+    translate=0.1,
+    scale=0.5,
+    shear=0.0,
+    perspective=0.0,
+    flipud=0.0,
+    fliplr=0.5,
+    hsv_h=0.015,
+    hsv_s=0.7,
+    hsv_v=0.4,
+)
+
+
+def _train_loader(path, batch_size=4):
+    dataset = du.DetfmtYoloDataset(path, augment=True, hyp=HYP)
+    return du.DetfmtYoloLoader(dataset, batch_size, imgsz=96, augment=True, seed=1, threads=1)
+
+
+def test_batches_are_ultralytics_format_and_the_augmented_boxes(chess_train):
+    loader = _train_loader(chess_train)
+    pairs = loader.batches
+    pairs.convert = lambda b: (b, loader.to_batch_dict(b))  # keep the augmented Batch too
+    count = 0
+    for _ in range(2):  # the second pass draws mosaic partners from the buffer
+        for batch, out in pairs:
+            assert set(out) >= {
+                "img",
+                "cls",
+                "bboxes",
+                "batch_idx",
+                "im_file",
+                "ori_shape",
+                "resized_shape",
+                "ratio_pad",
+            }
+            assert out["img"].dtype == torch.uint8 and out["img"].shape[-2:] == (96, 96)
+            size = torch.tensor([96.0, 96.0] * 2)
+            cx, cy, w, h = (out["bboxes"] * size).unbind(-1)
+            xyxy = torch.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], -1)
+            rows = torch.nonzero(batch.mask)
+            assert torch.equal(out["batch_idx"], rows[:, 0].float())
+            assert torch.equal(out["cls"][:, 0], batch.classes[batch.mask].float())
+            torch.testing.assert_close(xyxy, batch.boxes[batch.mask], rtol=0, atol=1e-4)
+            count += len(rows)
+    assert count > 0
+
+
+def test_val_targets_map_back_to_the_stored_boxes(chess_train):
+    ds = detfmt.open(chess_train)
+    dataset = du.DetfmtYoloDataset(chess_train, augment=False, hyp=HYP)
+    loader = du.DetfmtYoloLoader(dataset, 3, imgsz=160, augment=False)
+    seen = []
+    for out in loader:
+        for i, index in enumerate(range(len(seen), len(seen) + len(out["im_file"]))):
+            rows = out["batch_idx"] == i
+            boxes = ops.xywh2xyxy(out["bboxes"][rows]) * 160
+            back = ops.scale_boxes((160, 160), boxes, out["ori_shape"][i], out["ratio_pad"][i])
+            n = int(ds.counts[index])
+            stored = torch.tensor(np.asarray(ds.boxes[index, :n], dtype=np.float32))
+            torch.testing.assert_close(back, stored, rtol=0, atol=0.51)  # round() of the pad
+            assert out["ori_shape"][i] == tuple(int(v) for v in ds.sizes[index])
+            seen.append(index)
+    assert seen == list(range(len(ds)))  # every sample once, in order
+
+
+def test_validation_shares_of_ranks_cover_each_sample_once(chess_train, monkeypatch):
+    ds = detfmt.open(chess_train)
+    shares = []
+    for rank in range(3):
+        monkeypatch.setattr(du, "_rank_and_world", lambda rank=rank: (rank, 3))
+        shares.extend(int(i) for b in du._SequentialBatches(ds, 2) for i in b.indices)
+    assert sorted(shares) == list(range(len(ds)))
+
+
+def test_close_mosaic_rebuilds_the_pipeline_without_mosaic(chess_train):
+    loader = _train_loader(chess_train)
+    kinds = [type(t).__name__ for t in loader.batches.transform.transforms]
+    assert "Mosaic" in kinds
+    loader.dataset.close_mosaic(HYP)
+    loader.reset()
+    kinds = [type(t).__name__ for t in loader.batches.transform.transforms]
+    assert "Mosaic" not in kinds and kinds[0] == "Letterbox"
+
+
+def test_data_resolution(chess_root, tmp_path):
+    data = du.resolve_data(chess_root)
+    assert data["train"].endswith("train") and data["val"].endswith("val")
+    assert data["nc"] == len(detfmt.open(chess_root / "train").class_names)
+    (tmp_path / "d.yaml").write_text(f"path: {chess_root}\ntrain: train\nval: val\n")
+    assert du.resolve_data(tmp_path / "d.yaml")["names"] == data["names"]
+    assert du.resolve_data(chess_root / "train")["val"] == data["train"]  # one dataset: both
+    with pytest.raises(UsageError, match="train/ and val/"):
+        du.resolve_data(tmp_path)
+
+
+def _rows(path):
+    with open(path, newline="") as f:
+        return [{k.strip(): float(v) for k, v in row.items()} for row in csv.DictReader(f)]
+
+
+def test_recipe_trains_and_validates_from_a_split_root(chess_root, tmp_path):
+    torch.manual_seed(0)
+    options = dict(
+        device="cpu", workers=1, warmup_epochs=0, lr0=0.02, amp=False, seed=0, verbose=False
+    )
+    ns = run_recipe(
+        "ultralytics",
+        root=str(chess_root),
+        project=str(tmp_path),
+        EPOCHS=5,
+        IMGSZ=96,
+        OPTIONS=options,
+    )
+    run = tmp_path / "run"
+    rows = _rows(run / "results.csv")
+    assert len(rows) == 5
+    assert rows[-1]["train/cls_loss"] < rows[0]["train/cls_loss"], rows
+    assert {"metrics/mAP50(B)", "val/box_loss"} <= set(rows[0])
+    for plot in ("labels.jpg", "train_batch0.jpg", "results.png", "val_batch0_labels.jpg"):
+        assert (run / plot).is_file(), plot
+    metrics = ns["metrics"]
+    val = detfmt.open(chess_root / "val")
+    assert int(metrics.nt_per_class.sum()) == int(np.sum(val.counts))  # every val box counted
+    assert 0.0 <= metrics.box.map50 <= 1.0

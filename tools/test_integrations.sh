@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The training-integration tests (tests/integrations) in their own environment.
+#
+# Ultralytics and torchvision need a torch that PyPI's torchvision imports beside (2.14.1 +
+# torchvision 0.29.1, taken from the machine's disk by pip), while the main suite pins the
+# CPU-only torch 2.13.0: so these tests get a second virtual environment, .venv-integrations.
+# transformers, Lightning, JAX and tensorflow-cpu live here too (one install, one cache).
+# Usage: bash tools/test_integrations.sh [pytest args]; INTEGRATIONS_VENV overrides the path.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+VENV=${INTEGRATIONS_VENV:-.venv-integrations}
+if [ ! -x "$VENV/bin/python" ]; then
+  "$PY" -m venv "$VENV"
+fi
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check \
+  -e '.[test,integrations-test]' torch==2.14.1 torchvision==0.29.1
+exec "$VENV/bin/python" -m pytest -q tests/integrations tests/torch/test_gpu_decode_path.py "$@"
