@@ -12,6 +12,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from detfmt.errors import (
+    CacheError,
+    CommitConflictError,
     DatasetChangedError,
     DatasetNotFoundError,
     DecodeError,
@@ -32,6 +34,7 @@ from detfmt.errors import (
     TargetExistsError,
     TargetLockedError,
     TargetNotWritableError,
+    TooManyBoxesError,
     UnsafePathError,
     UnsupportedVersionError,
     UsageError,
@@ -75,7 +78,9 @@ _LAZY: dict[str, tuple[str, str | None]] = {
 
 __all__ = [
     "FORMAT_VERSION",
+    "CacheError",
     "ClassInfo",
+    "CommitConflictError",
     "Dataset",
     "DatasetChangedError",
     "DatasetLike",
@@ -104,6 +109,7 @@ __all__ = [
     "TargetExistsError",
     "TargetLockedError",
     "TargetNotWritableError",
+    "TooManyBoxesError",
     "UnsafePathError",
     "UnsupportedVersionError",
     "UsageError",

@@ -361,10 +361,11 @@ class Gather:
                 raise errors.UsageError(f"max_boxes must be an int >= 0, got {max_boxes!r}")
             if m > max_boxes:
                 j = int(np.argmax(job.counts))
-                raise errors.UsageError(
+                raise errors.TooManyBoxesError(
                     f"the sample has {m} boxes, more than max_boxes={max_boxes}; boxes are never "
                     "dropped silently: raise max_boxes (or filter the dataset)",
-                    path=self.where, index=int(job.indices[j]))
+                    count=m, max_boxes=int(max_boxes), path=self.where,
+                    index=int(job.indices[j]))
             m = int(max_boxes)
         groups = job.groups() if b else []
         if len(groups) == 1 and groups[0][0].max_boxes >= m:  # one part: plain gathers
