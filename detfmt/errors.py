@@ -284,7 +284,7 @@ RULES: dict[str, type[FormatError]] = {
                      "HEADER_SCHEMA"), HeaderError),
     **dict.fromkeys(("ZSTD_SIZE", "ZSTD_WINDOW", "ZSTD_CORRUPT", "ZSTD_TRAILING", "IMAGE_DECODE",
                      "CODEC_UNKNOWN"), DecodeError),
-    **dict.fromkeys(("BOX_INVALID", "BOX_OUT_OF_IMAGE", "CLASS_RANGE", "COUNT_RANGE",
+    **dict.fromkeys(("BOX_INVALID", "BOX_OUT_OF_IMAGE", "CLASS_RANGE", "COUNT_RANGE", "COUNT_SUM",
                      "MASK_INCONSISTENT", "IMAGE_FIELD"), LabelError),
 }
 

@@ -66,9 +66,6 @@ class Part(Protocol):
     offsets: np.ndarray
     nbytes: np.ndarray
     codecs: np.ndarray
-    boxes: np.ndarray
-    classes: np.ndarray
-    box_fields: dict[str, np.ndarray]
     max_boxes: int
     blob: np.ndarray
     fixed_images: np.ndarray | None
@@ -78,6 +75,9 @@ class Part(Protocol):
     def blob_member(self) -> Any: ...
 
     def ensure_checked(self, rows: np.ndarray, labels: bool = True) -> None: ...
+
+    def label_slots(self, rows: np.ndarray, m: int
+                    ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]: ...
 
     def pread_fd(self) -> int: ...
 
@@ -368,21 +368,20 @@ class Gather:
                     index=int(job.indices[j]))
             m = int(max_boxes)
         groups = job.groups() if b else []
-        if len(groups) == 1 and groups[0][0].max_boxes >= m:  # one part: plain gathers
+        if len(groups) == 1:  # one part: its own gather, padded to m
             reader, _, local = groups[0]
-            boxes = reader.boxes[local, :m]
-            classes = reader.classes[local, :m]
-            fields = {name: values[local, :m] for name, values in reader.box_fields.items()}
-        else:  # several parts (S-12), or a fixed slot count above the part's: re-pad
+            boxes, classes, fields = reader.label_slots(local, m)
+        else:  # several parts (S-12): each part's labels into one re-padded batch
             boxes = np.zeros((b, m, 4), np.float32)
             classes = np.full((b, m), spec.CLASS_PADDING, np.int32)
             fields = {name: np.zeros((b, m), dtype) for name, dtype in self.parts.box_fields}
             for reader, rows, local in groups:
                 mk = min(m, reader.max_boxes)
-                boxes[rows, :mk] = reader.boxes[local, :mk]
-                classes[rows, :mk] = reader.classes[local, :mk]
+                part_boxes, part_classes, part_fields = reader.label_slots(local, mk)
+                boxes[rows, :mk] = part_boxes
+                classes[rows, :mk] = part_classes
                 for name, values in fields.items():
-                    values[rows, :mk] = reader.box_fields[name][local, :mk]
+                    values[rows, :mk] = part_fields[name]
         mask = np.arange(m) < job.counts[:, None]
         return boxes, classes, mask, fields
 

@@ -81,6 +81,10 @@ class Dataset(EpochIteration):
         blob = members[spec.BLOB_FILE]
         for violation in validate.check_index_tail(self.index, header, blob.size, blob.path):
             raise violation.to_error()
+        #: The label arrays as stored: (N, M, 4) and (N, M), or (T, 4) and (T,) when `ragged`
+        #: (SPEC §10); `label_slots` and ``ds[i]`` read both layouts alike.
+        self.ragged: bool = header.ragged
+        self._starts: np.ndarray | None = None  # S_i of ragged labels, built on first use
         self.boxes: np.ndarray = arrays[spec.BOXES_FILE]
         self.classes: np.ndarray = arrays[spec.CLASSES_FILE]
         self.box_fields: dict[str, np.ndarray] = {
@@ -199,14 +203,25 @@ class Dataset(EpochIteration):
     def _check_labels(self, rows: np.ndarray) -> None:
         if not len(rows):
             return
-        bad = validate.label_rows_broken(
+        bad = self._broken_label_rows(rows)
+        if bad.any():
+            self._broken = True
+        self._state[rows] = np.where(bad, _BROKEN, _LABELS)
+
+    def _broken_label_rows(self, rows: np.ndarray) -> np.ndarray:
+        """(len(rows),) bool: which of the checked-record ``rows`` break a label rule."""
+        if self.ragged:
+            counts = self.counts[rows]
+            span = self._ragged_rows(rows, counts)
+            return validate.ragged_rows_broken(
+                boxes=self.boxes[span], classes=self.classes[span], counts=counts,
+                heights=self.heights[rows], widths=self.widths[rows],
+                num_classes=self.header.num_classes)
+        return validate.label_rows_broken(
             boxes=self.boxes[rows], classes=self.classes[rows], counts=self.counts[rows],
             heights=self.heights[rows], widths=self.widths[rows],
             num_classes=self.header.num_classes,
             box_fields=[values[rows] for values in self.box_fields.values()])
-        if bad.any():
-            self._broken = True
-        self._state[rows] = np.where(bad, _BROKEN, _LABELS)
 
     def _blame(self, rows: np.ndarray) -> None:
         for violation in self._label_violations(np.unique(rows)[:1]):
@@ -215,8 +230,12 @@ class Dataset(EpochIteration):
     def validate_index(self) -> None:
         """Check every index record and count now (reading checks what it uses, lazily)."""
         n = len(self)
-        if n == 0 or (self._state >= _RECORD).all():
-            return
+        if n and not (self._state >= _RECORD).all():
+            self._validate_records(n)
+        if self.ragged and self._starts is None:  # SPEC §12 step 4d, after every record
+            self._starts = self._count_sum(_ragged_starts(self.counts, self.max_boxes))
+
+    def _validate_records(self, n: int) -> None:
         blob = self.blob_member
         step = max(validate.INDEX_CHUNK, 1 << 16)
         for start in range(0, n, step):
@@ -227,14 +246,88 @@ class Dataset(EpochIteration):
                 raise violation.to_error()
             self._state[start:stop] = np.maximum(self._state[start:stop], _RECORD)
 
+    # ------------------------------------------------------------------ labels (SPEC §10)
+
+    def _label_starts(self) -> np.ndarray:
+        """(N + 1,) int64: sample i's ragged labels are rows ``starts[i] : starts[i + 1]``.
+
+        Built once, from every count (each sample's start depends on all counts before it): a
+        count out of range, or counts not adding up to num_boxes, is reported after the record
+        checks of every sample (SPEC §12 steps 4c, then 4d)."""
+        starts = self._starts
+        if starts is None:
+            starts = _ragged_starts(self.counts, self.max_boxes)
+            if starts is None or int(starts[-1]) != self.header.num_boxes:
+                self.validate_index()  # raises the first broken record or count, or COUNT_SUM
+            starts = self._starts = self._count_sum(starts)
+        return starts
+
+    def _count_sum(self, starts: np.ndarray | None) -> np.ndarray:
+        """``starts`` once they add up to num_boxes (R-49); counts are known to be in range."""
+        total = int(starts[-1]) if starts is not None else None
+        if starts is None or total != self.header.num_boxes:
+            raise errors.LabelError(
+                f"the box counts add up to {total}, the header's num_boxes is "
+                f"{self.header.num_boxes}", rule="COUNT_SUM",
+                path=self.members[spec.COUNTS_FILE].path)
+        return starts
+
+    def _ragged_rows(self, rows: np.ndarray, counts: np.ndarray) -> slice | np.ndarray:
+        """Where the ragged labels of ``rows`` lie, back to back: a slice when the rows are
+        consecutive (no gather), else an index array."""
+        starts = self._label_starts()
+        if not len(rows):
+            return slice(0, 0)
+        first, last = int(rows[0]), int(rows[-1])
+        if last - first == len(rows) - 1 and (len(rows) == 1 or (np.diff(rows) == 1).all()):
+            return slice(int(starts[first]), int(starts[last + 1]))
+        wide = counts.astype(np.intp)
+        ends = np.cumsum(wide)
+        return np.repeat(starts[rows] - (ends - wide), wide) + np.arange(int(ends[-1]))
+
+    def label_slots(self, rows: np.ndarray, m: int
+                    ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+        """The labels of the checked local ``rows`` in ``m`` slots (``m`` at least their largest
+        count): boxes (b, m, 4), classes (b, m) and per-box fields (b, m), padded with +0.0,
+        -1 and 0. Both layouts give the same arrays (SPEC §10.2)."""
+        if not self.ragged and m <= self.max_boxes:
+            return (self.boxes[rows, :m], self.classes[rows, :m],
+                    {name: values[rows, :m] for name, values in self.box_fields.items()})
+        b = len(rows)
+        boxes = np.zeros((b, m, 4), np.float32)
+        classes = np.full((b, m), spec.CLASS_PADDING, np.int32)
+        fields = {name: np.zeros((b, m), values.dtype) for name, values in self.box_fields.items()}
+        if not self.ragged:  # more slots than the dataset's M: copy, then pad
+            mk = self.max_boxes
+            boxes[:, :mk] = self.boxes[rows]
+            classes[:, :mk] = self.classes[rows]
+            for name, values in fields.items():
+                values[:, :mk] = self.box_fields[name][rows]
+            return boxes, classes, fields
+        counts = self.counts[rows]
+        span = self._ragged_rows(rows, counts)
+        valid = np.arange(m) < counts[:, None]  # row-major, the order of the ragged rows
+        boxes[valid] = self.boxes[span]
+        classes[valid] = self.classes[span]
+        for name, values in fields.items():
+            values[valid] = self.box_fields[name][span]
+        return boxes, classes, fields
+
     def _label_violations(self, rows: np.ndarray) -> Iterator[validate.Violation]:
         paths = (self.members[spec.BOXES_FILE].path, self.members[spec.CLASSES_FILE].path)
+        if self.ragged:  # name the rules on the broken samples only, re-padded
+            rows = rows[self._broken_label_rows(rows)]
+            boxes, classes, fields = self.label_slots(
+                rows, int(self.counts[rows].max()) if len(rows) else 0)
+        else:
+            boxes, classes = self.boxes[rows], self.classes[rows]
+            fields = {name: values[rows] for name, values in self.box_fields.items()}
         return validate.check_labels(
-            boxes=self.boxes[rows], classes=self.classes[rows], counts=self.counts[rows],
+            boxes=boxes, classes=classes, counts=self.counts[rows],
             heights=self.heights[rows], widths=self.widths[rows],
             num_classes=self.header.num_classes, indices=rows, paths=paths,
-            box_fields={name: (self.members[spec.box_field_file(name)].path, values[rows])
-                        for name, values in self.box_fields.items()})
+            box_fields={name: (self.members[spec.box_field_file(name)].path, values)
+                        for name, values in fields.items()})
 
     def iter_label_violations(self, block: int = 4096) -> Iterator[validate.Violation]:
         """Check the labels of every sample, ``block`` samples at a time (bounded memory)."""
@@ -391,13 +484,18 @@ class Dataset(EpochIteration):
         i = sample_index(index, len(self), self.location)
         self._check_row(i)
         count = int(self.counts[i])
-        fields_ = {name: values[i, :count].copy() for name, values in self.box_fields.items()}
+        if self.ragged:
+            start = int(self._label_starts()[i])
+            span: Any = slice(start, start + count)
+        else:
+            span = (i, slice(0, count))
+        fields_ = {name: values[span].copy() for name, values in self.box_fields.items()}
         for name, values in self.image_fields.items():
             fields_[name] = values[i].copy()
         for name in self._strings:
             fields_[name] = self._string(name, i)
-        return Sample(index=i, image=self._image(i), boxes=self.boxes[i, :count].copy(),
-                      classes=self.classes[i, :count].copy(), fields=fields_)
+        return Sample(index=i, image=self._image(i), boxes=self.boxes[span].copy(),
+                      classes=self.classes[span].copy(), fields=fields_)
 
     def batch(self, indices: Sequence[int] | np.ndarray, out: np.ndarray | None = None,
               pad_value: int | None = 0, num_threads: int | None = None, *,
@@ -495,6 +593,21 @@ class Dataset(EpochIteration):
     def __repr__(self) -> str:
         return (f"detfmt.Dataset({self.location!r}, samples={len(self)}, "
                 f"classes={self.header.num_classes}, max_boxes={self.header.max_boxes})")
+
+
+def _ragged_starts(counts: np.ndarray, max_boxes: int, chunk: int = 1 << 20
+                   ) -> np.ndarray | None:
+    """(N + 1,) int64 running sums of ``counts``, or None if a count is outside 0..M (a sum of
+    unchecked counts means nothing). Chunked: bounded temporaries for any N."""
+    n = len(counts)
+    starts = np.zeros(n + 1, np.int64)
+    for lo in range(0, n, chunk):
+        part = counts[lo : lo + chunk]
+        if ((part < 0) | (part > max_boxes)).any():
+            return None
+        np.cumsum(part, dtype=np.int64, out=starts[lo + 1 : lo + 1 + len(part)])
+        starts[lo + 1 : lo + 1 + len(part)] += starts[lo]
+    return starts
 
 
 def _reopen(source: tuple[Any, tuple], max_header_bytes: int, generation: tuple) -> Dataset:

@@ -86,11 +86,19 @@ class Header(msgspec.Struct, frozen=True, kw_only=True):
     files: dict[str, FileInfo]
     arrays: dict[str, ArrayInfo]
     required_features: list[str] = []
+    #: T, the total box count of ragged labels (SPEC §10.2); checked (and used) only when
+    #: required_features lists ragged_labels, ignored otherwise.
+    num_boxes: Any = None
     extensions: dict[str, Any] = {}
     box_fields: list[BoxField] = []
     image_fields: list[Literal["orig_size", "scale_offset", "source_id", "file_name"]] = []
     writer: Annotated[str, msgspec.Meta(max_length=256)] = ""
     metadata: dict[str, str] = {}
+
+    @property
+    def ragged(self) -> bool:
+        """Whether the labels use the ragged layout (SPEC §10.2)."""
+        return spec.RAGGED_FEATURE in self.required_features
 
     @property
     def num_classes(self) -> int:

@@ -12,8 +12,11 @@ FORMAT_NAME = "detfmt"
 FORMAT_VERSION = "1.0"
 MAJOR_VERSION = 1
 MINOR_VERSION = 0
-#: required_features entries this implementation understands (none exist in 1.0).
-KNOWN_FEATURES: frozenset[str] = frozenset()
+#: The feature of the ragged label layout (SPEC §10.2, format 1.2).
+RAGGED_FEATURE = "ragged_labels"
+FORMAT_VERSION_RAGGED = "1.2"
+#: required_features entries of a dataset header this implementation understands.
+KNOWN_FEATURES: frozenset[str] = frozenset({RAGGED_FEATURE})
 
 ALIGNMENT = 64  # every payload starts at a multiple of this many bytes
 
@@ -30,6 +33,7 @@ MAX_HEADER_BYTES = 1 << 20  # 1 MiB by default; readers may be configured higher
 MAX_NPY_HEADER_BYTES = 4096
 MAX_SAMPLES = 1 << 40
 MAX_BOXES = 1 << 16  # M, boxes per image
+MAX_TOTAL_BOXES = 1 << 56  # T, the num_boxes of ragged labels
 MAX_CLASSES = 1 << 16
 MAX_SIDE = 16384  # stored height and width
 MAX_CLASS_NAME_CHARS = 256  # characters (code points), as JSON Schema maxLength counts

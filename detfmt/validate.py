@@ -81,16 +81,17 @@ def _check_identity(raw: dict, path: str) -> None:
 
 def expected_arrays(header: Header) -> dict[str, tuple[str, tuple[int, ...]]]:
     """Every .npy member the header implies, with its exact dtype descr and shape, in byte-wise
-    name order."""
+    name order. Labels are (N, M, 4) and (N, M), or (T, 4) and (T,) when ragged (SPEC §10.2)."""
     n, m = header.num_samples, header.max_boxes
+    slots: tuple[int, ...] = (_num_boxes(header),) if header.ragged else (n, m)
     arrays: dict[str, tuple[str, tuple[int, ...]]] = {
         spec.INDEX_FILE: ("index", (n,)),
-        spec.BOXES_FILE: (spec.LABEL_DTYPES[spec.BOXES_FILE], (n, m, 4)),
-        spec.CLASSES_FILE: (spec.LABEL_DTYPES[spec.CLASSES_FILE], (n, m)),
+        spec.BOXES_FILE: (spec.LABEL_DTYPES[spec.BOXES_FILE], (*slots, 4)),
+        spec.CLASSES_FILE: (spec.LABEL_DTYPES[spec.CLASSES_FILE], slots),
         spec.COUNTS_FILE: (spec.LABEL_DTYPES[spec.COUNTS_FILE], (n,)),
     }
     for field in header.box_fields:
-        arrays[spec.box_field_file(field.name)] = (field.dtype, (n, m))
+        arrays[spec.box_field_file(field.name)] = (field.dtype, slots)
     for name in header.image_fields:
         if name in spec.STRING_FIELDS:
             arrays[f"{name}.offsets.npy"] = (spec.STRING_OFFSETS_DTYPE, (n + 1,))
@@ -98,6 +99,24 @@ def expected_arrays(header: Header) -> dict[str, tuple[str, tuple[int, ...]]]:
             dtype, tail = spec.IMAGE_FIELD_ARRAYS[name]
             arrays[f"{name}.npy"] = (dtype, (n, *tail))
     return dict(sorted(arrays.items()))  # SPEC §12: members are checked in byte-wise name order
+
+
+def _num_boxes(header: Header) -> int:
+    """T of ragged labels; `check_header` has checked it is an integer in range."""
+    return int(header.num_boxes)
+
+
+def num_boxes_problem(header: Header) -> str | None:
+    """Why ``num_boxes`` is unusable for ragged labels (SPEC §5, step 1j), or None."""
+    value = header.num_boxes
+    if not header.ragged:
+        return None
+    if value is None:
+        return "num_boxes is required when required_features lists 'ragged_labels'"
+    if isinstance(value, bool) or not isinstance(value, int) \
+            or not 0 <= value <= spec.MAX_TOTAL_BOXES:
+        return f"num_boxes must be an integer in 0..2^56, got {value!r}"
+    return None
 
 
 def expected_files(header: Header) -> list[str]:
@@ -109,6 +128,10 @@ def expected_files(header: Header) -> list[str]:
 
 def check_header(header: Header, path: str) -> Iterator[Violation]:
     """Cross-member rules the schema alone cannot express, in the order of SPEC.md §12 step 1."""
+    problem = num_boxes_problem(header)  # step 1j: part of the schema
+    if problem:
+        yield Violation("HEADER_SCHEMA", path, problem)
+        return
     names = [info.name for info in header.classes]
     if len(set(names)) != len(names):
         yield Violation("HEADER_SCHEMA", path, "class names must be unique")
@@ -148,8 +171,9 @@ def check_header(header: Header, path: str) -> Iterator[Violation]:
             yield Violation("NPY_DTYPE", path, f"header says {name} has dtype {info.dtype!r}, "
                             f"expected {wanted!r}")
         if tuple(info.shape) != shape:
+            sizes = "num_samples/num_boxes" if header.ragged else "num_samples/max_boxes"
             yield Violation("COUNT_MISMATCH", path, f"header says {name} has shape {info.shape},"
-                            f" but num_samples/max_boxes imply {list(shape)}")
+                            f" but {sizes} imply {list(shape)}")
 
 
 def _index_descr() -> list[list[str]]:
@@ -494,3 +518,27 @@ def label_rows_broken(*, boxes: np.ndarray, classes: np.ndarray, counts: np.ndar
         raw = values.view(np.uint8 if values.dtype.itemsize == 1 else np.uint32)
         bad |= (padding & (raw != 0)).any(axis=1)
     return bad
+
+
+def ragged_rows_broken(*, boxes: np.ndarray, classes: np.ndarray, counts: np.ndarray,
+                       heights: np.ndarray, widths: np.ndarray, num_classes: int) -> np.ndarray:
+    """(B,) bool: which samples break R-37 .. R-39, from their ragged labels (SPEC §10.2).
+
+    ``boxes`` (T', 4) and ``classes`` (T',) hold the valid boxes of the B samples back to back,
+    ``counts`` (B,) how many each has; there are no padding slots to check.
+    """
+    if not len(counts):
+        return np.zeros(0, bool)
+    counts = counts.astype(np.intp)
+    h = np.repeat(heights, counts).astype(np.float32)
+    w = np.repeat(widths, counts).astype(np.float32)
+    x1, y1, x2, y2 = (boxes[:, k] for k in range(4))
+    with np.errstate(invalid="ignore"):  # NaN fails every comparison, infinity a bound
+        good = (x1 <= x2) & (y1 <= y2) & (x1 >= 0) & (y1 >= 0) & (x2 <= w) & (y2 <= h)
+    good &= (classes >= 0) & (classes < num_classes)
+    if good.all():
+        return np.zeros(len(counts), bool)
+    bad = np.zeros(len(counts), bool)
+    bad[np.repeat(np.arange(len(counts)), counts)[~good]] = True
+    return bad
+

@@ -23,16 +23,12 @@ from conformance.runner import check_dump, load_cases, materialize  # noqa: E402
 from detfmt import DetfmtError  # noqa: E402
 
 CASES = load_cases()
-#: The cases of format 1.2's ragged labels (SPEC §10.2): detfmt cannot read them until its
-#: gather engine lands; strict, so the lead sees each one flip to a pass.
+#: The cases of format 1.2's ragged labels (SPEC §10.2).
 RAGGED = {case.id for case in CASES if case.format_version == "1.2"}
-PENDING = pytest.mark.xfail(strict=True, reason="reference reader for ragged labels: lands with "
-                            "the gather engine")
 
 
 def _params(cases: list) -> list:
-    return [pytest.param(case, id=case.id, marks=[PENDING] if case.id in RAGGED else [])
-            for case in cases]
+    return [pytest.param(case, id=case.id) for case in cases]
 
 
 VALID = [case for case in CASES if case.kind == "valid"]

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from detfmt import spec
 from detfmt._json import parse_json
 from detfmt.errors import (
     DatasetNotFoundError,
@@ -46,7 +47,7 @@ __all__ = [
 
 MANIFEST_NAME = "manifest.json"
 FORMAT_VERSION = "1.1"
-SUPPORTED_FEATURES = frozenset({"sharded"})
+SUPPORTED_FEATURES = frozenset({spec.SHARDED_FEATURE, spec.RAGGED_FEATURE})
 MAX_MANIFEST_BYTES = 64 << 20
 _HEX16 = re.compile(r"[0-9a-f]{16}\Z")
 _HEX32 = re.compile(r"[0-9a-f]{32}\Z")
