@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Scale-out benchmarks (docs/scaleout.md): distributed write and sharded/remote read.
+"""Scale-out benchmarks (figures: docs/bench/scaleout.md): distributed write and sharded/remote read.
 
     .venv/bin/python tools/bench_scaleout.py [--samples N] [--side S] [--json out.json]
 

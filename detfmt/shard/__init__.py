@@ -1,5 +1,8 @@
-"""Sharded datasets (format 1.1, docs/spec-sharding.md): manifest, packed shards, global order.
+"""Sharded roots (SPEC.md §19, format 1.1): a manifest naming packed shard files.
 
-Modules: ``manifest`` (the only source of truth), ``pack`` (one file per shard), ``order`` (the
-elastic epoch order), ``errors``. Nothing here imports torch, ray or fsspec.
+Modules: ``manifest`` (the only source of truth), ``pack`` (one file per shard), ``sharded``
+(reading a root: one `ShardedDataset` over local and remote storage), ``write``/``append``/
+``session`` (write-shard and commit), ``gc``, ``cache`` and ``remote``. The epoch order lives in
+`detfmt.order` and the gather engine in `detfmt.gather`, shared with 1.0 directories. Nothing
+here imports torch or ray; fsspec only for remote roots.
 """

@@ -1,4 +1,4 @@
-"""The 1.1 manifest (docs/spec-sharding.md §3): msgspec Structs, strict decoding, atomic publish.
+"""The manifest of a sharded root (SPEC.md §19): msgspec Structs, strict decoding, atomic publish.
 
 The manifest is the only source of truth for a sharded root, so decoding is strict (unknown keys
 rejected) and every cross-field rule (S-4, S-5, S-6) is checked here, once, for all readers.
