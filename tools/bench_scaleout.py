@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Scale-out benchmarks (figures: docs/bench/scaleout.md): distributed write and sharded/remote read.
+"""Scale-out benchmarks: distributed write and sharded/remote read (docs/bench/scaleout.md).
 
     .venv/bin/python tools/bench_scaleout.py [--samples N] [--side S] [--json out.json]
 
