@@ -337,6 +337,12 @@ class PackedSource(MemberSource):
         entry = self.entries.get(name)
         return None if entry is None else self._view[entry.offset : entry.offset + entry.size]
 
+    @property
+    def file_view(self) -> memoryview:
+        """The whole shard file, read-only (verification hashes it in one pass with its
+        members)."""
+        return self._view
+
     def read_header(self, limit: int) -> bytes:
         view = self._slice(spec.HEADER_FILE)
         where = f"{self.path}#{spec.HEADER_FILE}"
