@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from detfmt import _buffers, errors, spec
+from detfmt import _buffers, _kernel, errors, spec
 from detfmt.records import NumpyBatch, batch_indices
 
 __all__ = ["IO_MODES", "Gather", "Job", "Parts", "batch_buffer", "check_canvas", "single_part"]
@@ -239,6 +239,10 @@ class Gather:
         b = len(job)
         if previous is not None and len(previous) < b:
             previous = None
+        kernel = _kernel.raw_gather() if io == "mmap" else None
+        if kernel is not None and self._fill_native(kernel, job, out, pad_value, previous,
+                                                    num_threads):
+            return list(zip(job.heights.tolist(), job.widths.tolist(), strict=True))
         if num_threads > 1 and b > 1:
             parts = [range(t, b, num_threads) for t in range(num_threads)]
             list(_pool().map(lambda rows: self._fill_rows(job, out, rows, pad_value, previous,
@@ -246,6 +250,66 @@ class Gather:
         else:
             self._fill_rows(job, out, range(b), pad_value, previous, io)
         return list(zip(job.heights.tolist(), job.widths.tolist(), strict=True))
+
+    def _fill_native(self, kernel: Callable[..., int], job: Job, out: np.ndarray,
+                     pad_value: int | None, previous: Sequence[tuple[int, int]] | None,
+                     num_threads: int) -> bool:
+        """`fill` through the native kernel (`detfmt._kernel`): raw images and padding in one
+        GIL-free call per thread, other codecs decoded after it. False, having written
+        nothing, when the buffer or the pad value is not what the kernel takes."""
+        b = len(job)
+        if not (out.ndim == 4 and out.dtype == np.uint8 and out.shape[3] == 3
+                and out.shape[0] >= b and out.flags.c_contiguous and out.flags.writeable):
+            return False
+        if pad_value is not None and not (isinstance(pad_value, (int, np.integer))
+                                          and 0 <= pad_value <= 255):
+            return False
+        height, width = out.shape[1], out.shape[2]
+        heights = job.heights.astype(np.int64)
+        widths = job.widths.astype(np.int64)
+        big = np.flatnonzero((heights > height) | (widths > width))
+        if len(big):
+            j = int(big[0])
+            raise errors.UsageError(
+                f"the image is {heights[j]}x{widths[j]}, larger than the batch's "
+                f"{height}x{width} canvas", path=self.where, index=int(job.indices[j]))
+        raw = job.codecs == spec.CODEC_RAW
+        keys = sorted(job.readers)
+        which = np.searchsorted(np.array(keys, np.int64), job.part)  # each row's part
+        blobs = [job.readers[k].blob for k in keys]
+        sizes = np.array([blob.size for blob in blobs], np.int64)[which]
+        bases = np.array([blob.ctypes.data if blob.size else 0 for blob in blobs],
+                         np.int64)[which]
+        offsets = job.offsets.astype(np.int64)
+        # checked records guarantee this; the kernel writes through raw pointers, so say it
+        ends = offsets + heights * widths * 3
+        if not (ends[raw] <= sizes[raw]).all() or \
+                not (job.nbytes[raw] == heights[raw] * widths[raw] * 3).all():
+            return False
+        sources = np.where(raw, bases + offsets, 0)
+        if previous is None:
+            prev_h = np.full(b, height, np.int64)
+            prev_w = np.full(b, width, np.int64)
+        else:
+            sizes_before = np.asarray(previous[:b], np.int64).reshape(b, 2)
+            prev_h = np.minimum(sizes_before[:, 0], height)
+            prev_w = np.minimum(sizes_before[:, 1], width)
+        pad = -1 if pad_value is None else int(pad_value)
+        others = np.flatnonzero(~raw)
+
+        def run(rows: np.ndarray) -> None:
+            kernel(sources, heights, widths, rows, out, pad, prev_h, prev_w)
+            for j in np.intersect1d(rows, others).tolist():
+                h, w = int(heights[j]), int(widths[j])
+                reader = job.readers[int(job.part[j])]
+                self._decode(reader, int(job.local[j]), int(offsets[j]), int(job.nbytes[j]),
+                             int(job.codecs[j]), out[j, :h, :w], True)
+
+        if num_threads > 1 and b > 1:
+            list(_pool().map(run, [np.arange(t, b, num_threads) for t in range(num_threads)]))
+        else:
+            run(np.arange(b))
+        return True
 
     def _fill_rows(self, job: Job, out: np.ndarray, rows: range, pad_value: int | None,
                    previous: Sequence[tuple[int, int]] | None, io: str) -> None:

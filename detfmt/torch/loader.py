@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from detfmt import api
+from detfmt import _kernel, api
 from detfmt.errors import UsageError
 from detfmt.gather import IO_MODES, Job, check_canvas
 from detfmt.order import DEFAULT_SHARD_WINDOW, Schedule
@@ -131,6 +131,8 @@ class Loader:
                                       or value < low):
                 raise UsageError(f"{name} must be an int >= {low}, got {value!r}")
         self.ds = open_dataset(ds_or_path, open_options)
+        if io == "mmap":
+            _kernel.load()  # the native raw gather, when numba is installed (a one-time cost)
         order = order if order is not None else ("random" if shuffle else "sequential")
         rank, world_size = default_rank_world(rank, world_size)
         spec = self.ds.order_spec(order, shard_window=shard_window, quasi_block=quasi_block,

@@ -1,0 +1,58 @@
+"""The raw gather as one native call per thread: numba, when it is installed (``detfmt[fast]``).
+
+`detfmt.gather` copies raw images into the slots of a padded batch. In numpy that is one
+``np.copyto`` per sample, and each copy gives the GIL back and takes it again; under load a
+thread waits for the GIL after every sample. This kernel does a thread's whole share of a batch
+(row copies and the clearing of what the previous batch left outside the new images) in one
+``nogil`` call over a table of source addresses. It writes through raw pointers, so its caller
+checks everything first: the buffer's layout, every image inside the canvas, every source range
+inside a mapping whose records were checked (R-44).
+
+Loading numba and its cached kernel takes about a second, so nothing loads it implicitly on the
+first batch: the torch `Loader` loads it when it is built (a training run's start), anyone else
+with `load`. Until then, and with ``DETFMT_GATHER=numpy``, the numpy path runs (same bytes).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["load", "raw_gather"]
+
+_KERNEL: Any = None
+_LOADED = False
+_LOCK = threading.Lock()
+
+
+def raw_gather() -> Callable[..., int] | None:
+    """The kernel if `load` has loaded it, else None (never loads it).
+
+    ``kernel(sources, heights, widths, rows, out, pad_value, prev_h, prev_w)``: for each j in
+    ``rows``, copy ``heights[j]`` rows of ``widths[j] * 3`` bytes from address ``sources[j]``
+    (0: leave the image to the caller) to slot j of ``out`` (B, H, W, 3) uint8 C-contiguous;
+    with ``pad_value >= 0``, set to it what the previous image of the slot
+    (``prev_h[j]`` x ``prev_w[j]``) covered outside the new one.
+    """
+    return _KERNEL
+
+
+def load() -> bool:
+    """Load the kernel once (numba import, cached compile, one warm-up call); whether it is
+    available. False without numba or with ``DETFMT_GATHER=numpy``."""
+    global _KERNEL, _LOADED
+    with _LOCK:
+        if not _LOADED:
+            _LOADED = True
+            _KERNEL = None
+            if os.environ.get("DETFMT_GATHER", "").lower() != "numpy":
+                try:
+                    from detfmt._kernel_numba import gather_raw, warm_up
+                except ImportError:
+                    pass
+                else:
+                    warm_up()
+                    _KERNEL = gather_raw
+        return _KERNEL is not None
