@@ -4,6 +4,7 @@ Importing detfmt needs numpy only (plus msgspec, zstandard, xxhash and Pillow); 
 ``detfmt.torch`` and ``detfmt.augment`` alone.
 """
 
+from detfmt._version import __version__
 from detfmt.errors import (
     DatasetChangedError,
     DatasetNotFoundError,
@@ -24,6 +25,7 @@ from detfmt.errors import (
     UsageError,
     WriteError,
 )
+from detfmt.options import WriteOptions
 from detfmt.reader import Dataset, NumpyBatch, Sample
 from detfmt.reader import open_dataset as open
 from detfmt.schema import ClassInfo, Header
@@ -32,8 +34,6 @@ from detfmt.shard.write import ShardMeta, commit, write_shard
 from detfmt.spec import FORMAT_VERSION
 from detfmt.verify import VerifyReport, verify
 from detfmt.writer import WriteReport, cleanup, write
-
-__version__ = "0.1.0"
 
 __all__ = [
     "FORMAT_VERSION",
@@ -63,6 +63,7 @@ __all__ = [
     "UsageError",
     "VerifyReport",
     "WriteError",
+    "WriteOptions",
     "WriteReport",
     "__version__",
     "cleanup",
