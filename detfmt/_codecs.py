@@ -23,7 +23,7 @@ try:  # libjpeg-turbo with the GIL released; Pillow is the fallback.
 except ImportError:  # pragma: no cover - depends on the platform's wheels
     simplejpeg = None
 
-__all__ = ["decode_into", "encode"]
+__all__ = ["decode_into", "decode_pixel_limit", "encode"]
 
 MAX_ZSTD_WINDOW = 1 << 27  # 128 MiB: the zstd reference decoder's default streaming limit
 _local = threading.local()
@@ -68,6 +68,19 @@ def encode(
         Image.fromarray(image, "RGB").save(buffer, format="PNG", compress_level=png_level)
         return buffer.getvalue()
     raise UsageError(f"unknown codec {codec!r}; expected one of {sorted(spec.CODEC_IDS)}")
+
+
+def decode_pixel_limit(codec: str) -> int | None:
+    """The most pixels `decode_into` accepts in one payload of ``codec`` (None: only the
+    format's side limits), so a writer never stores what this reader would refuse.
+
+    PNG payloads (and JPEG ones without simplejpeg) are decoded by Pillow with its
+    decompression-bomb warning turned into an error: above ``Image.MAX_IMAGE_PIXELS`` they fail.
+    """
+    if codec == "png" or (codec == "jpeg" and simplejpeg is None):
+        limit = Image.MAX_IMAGE_PIXELS
+        return None if limit is None else int(limit)
+    return None
 
 
 def decode_into(
