@@ -128,10 +128,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 def _cmd_cleanup(args: argparse.Namespace) -> int:
     from detfmt.writer import cleanup
 
-    removed = cleanup(args.directory)
-    for path in removed:
-        print(f"removed {path}")
-    print(f"{len(removed)} temporary director{'y' if len(removed) == 1 else 'ies'} removed")
+    print(cleanup(args.directory).summary())
     return 0
 
 
@@ -177,6 +174,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except BrokenPipeError:  # pragma: no cover - e.g. `detfmt info ds | head`
         return 0
+    except KeyboardInterrupt:
+        print("detfmt: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -23,6 +23,8 @@ as ``__cause__``, never leaked.
     │   └── TargetNotWritableError
     └── UsageError (ValueError)             invalid arguments or input from the caller
         └── InvalidSampleError              one input sample is invalid (names the index)
+
+    NormalizedBoxesWarning (UserWarning)    the writer's boxes look normalised to 0..1
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ __all__ = [
     "InvalidSampleError",
     "LabelError",
     "LayoutError",
+    "NormalizedBoxesWarning",
     "NotDetfmtError",
     "TargetExistsError",
     "TargetLockedError",
@@ -200,3 +203,8 @@ class InvalidSampleError(UsageError):
     """One input sample is invalid; ``index`` names it and ``rule`` says why."""
 
     default_rule = "SAMPLE_INVALID"
+
+
+class NormalizedBoxesWarning(UserWarning):
+    """Every box given to the writer lies within 0..1 on images of many pixels: they look
+    normalised, while detfmt stores boxes in pixels (xyxy)."""
