@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from detfmt import _image
+from detfmt import _image, _processes
 from detfmt.convert.boxes import apply_box_policy
 from detfmt.convert.errors import ConversionError
 from detfmt.convert.report import ConversionReport, report_path
@@ -150,7 +150,8 @@ def _probed(
         return
     size = 16 * options.workers
     context = multiprocessing.get_context("spawn")
-    with context.Pool(options.workers) as pool:
+    with context.Pool(options.workers, initializer=_processes.die_with_parent,
+                      initargs=(os.getpid(),)) as pool:  # no orphans if we are killed
         pending = None
         for window in _windows(records, size):
             job = pool.map_async(_check_full, [r.path for r in window], chunksize=4)

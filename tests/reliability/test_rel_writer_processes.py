@@ -189,3 +189,48 @@ def test_cleanup_removes_only_what_a_writer_wrote(tmp_path: Path) -> None:
     assert parent / ".detfmt-tmp-link-123-0a1b2c3f" in kept
     assert "rename it back" in kept[parent / ".detfmt-tmp-gone-123-0a1b2c40-old"]
     assert len(detfmt.open(parent / ".detfmt-tmp-gone-123-0a1b2c40-old")) == 2
+
+
+def group_members(pgid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as handle:
+                    fields = handle.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                found.append(int(entry))
+    return found
+
+
+def test_a_killed_conversion_leaves_no_worker(tmp_path: Path, survivors: list[int]) -> None:
+    """`detfmt convert` with workers (its decode pre-check pool and the writer's pool) killed
+    by SIGKILL: every process it started is gone within moments."""
+    import numpy as np
+    from PIL import Image
+
+    src = tmp_path / "yolo"
+    (src / "images").mkdir(parents=True)
+    (src / "labels").mkdir()
+    (src / "names.txt").write_text("a\n")
+    pixels = np.random.default_rng(0).integers(0, 256, (48, 48, 3), dtype=np.uint8)
+    for i in range(600):
+        Image.fromarray(pixels).save(src / "images" / f"{i}.jpg")
+        (src / "labels" / f"{i}.txt").write_text("0 0.5 0.5 0.2 0.2\n")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "detfmt", "convert", "yolo", str(src), str(tmp_path / "out"),
+         "--names", str(src / "names.txt"), "--workers", "2", "--on-error", "skip",
+         "--max-side", "16", "--no-progress"], env=rh.child_env(), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while len(group_members(proc.pid)) < 4 and proc.poll() is None:  # itself + 3 workers
+        assert time.monotonic() < deadline, "the conversion never started its workers"
+        time.sleep(0.05)
+    members = [pid for pid in group_members(proc.pid) if pid != proc.pid]
+    survivors.extend(members)
+    assert members, "the conversion finished before it could be killed: make it longer"
+    proc.kill()
+    proc.communicate()
+    assert wait_gone(members) == [], "worker processes outlived the killed conversion"
