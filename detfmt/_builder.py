@@ -84,7 +84,8 @@ class _Spool:
     def reader(self) -> _SpoolReader:
         return _SpoolReader(self)
 
-    def chunks(self, size: int = CHUNK_BYTES) -> Iterator[memoryview | bytes]:
+    def chunks(self, size: int | None = None) -> Iterator[memoryview | bytes]:
+        size = size or CHUNK_BYTES
         reader = self.reader()
         for start in range(0, self.size, size):
             yield reader.read(min(size, self.size - start))
@@ -126,11 +127,11 @@ class DatasetBuilder:
     """Appends `Prepared` samples to a sink (`detfmt._sink`) and finalizes the dataset."""
 
     def __init__(self, sink: Sink, options: WriteOptions, *,
-                 spool_memory: int = SPOOL_MEMORY) -> None:
+                 spool_memory: int | None = None) -> None:
         self.sink = sink
         self.options = options
         self.blob: _io.OutputFile = sink.blob
-        self._spools = _Spools(sink.scratch_dir, spool_memory)
+        self._spools = _Spools(sink.scratch_dir, spool_memory or SPOOL_MEMORY)
         new = self._spools.new
         self.index, self.counts, self.orig_size = new(), new(), new()
         self.scale_offset, self.source_id, self.names, self.name_ends = new(), new(), new(), new()

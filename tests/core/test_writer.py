@@ -401,3 +401,64 @@ def test_build_shard_failure_leaves_no_file(tmp_path):
     with pytest.raises(detfmt.TargetExistsError):
         build_shard(make_samples(2), tmp_path / "taken.detfmt", classes=CLASSES)
     assert (tmp_path / "taken.detfmt").read_bytes() == b"mine"
+
+
+def test_workers_get_only_samples_that_need_decoding(tmp_path, monkeypatch):
+    """Arrays already at their stored size are written by the writer itself (pickling them to
+    a worker and back only costs); encoded inputs go to workers; the order and the bytes are
+    those of a serial write, even when the caller reuses its array buffer between samples."""
+    from detfmt import _processes
+
+    started = []
+    real_pool = _processes.process_pool
+
+    def recording_pool(*args, **kwargs):
+        started.append(args)
+        return real_pool(*args, **kwargs)
+
+    monkeypatch.setattr(_processes, "process_pool", recording_pool)
+    detfmt.write(make_samples(6), tmp_path / "arrays", classes=CLASSES, workers=2)
+    assert started == [], "raw arrays at their size were shipped to worker processes"
+
+    rng = np.random.default_rng(3)
+    pngs = []
+    for _ in range(4):
+        buffer = io.BytesIO()
+        Image.fromarray(rng.integers(0, 256, (12, 9, 3), dtype=np.uint8)).save(buffer, "PNG")
+        pngs.append(buffer.getvalue())
+    reused = np.zeros((7, 5, 3), np.uint8)
+
+    def mixed():
+        for i in range(12):
+            if i % 3 == 0:
+                yield one(image=pngs[i // 3], boxes=[(0, 0, 9, 12)])
+            else:
+                reused[...] = i  # the caller fills one buffer for every sample
+                yield one(image=reused, boxes=[(0, 0, 5, 7)])
+
+    detfmt.write(mixed(), tmp_path / "serial", classes=CLASSES)
+    detfmt.write(mixed(), tmp_path / "parallel", classes=CLASSES, workers=2)
+    assert started, "encoded inputs should go to workers"
+    serial, parallel = detfmt.open(tmp_path / "serial"), detfmt.open(tmp_path / "parallel")
+    for name in serial.header.files:
+        assert (tmp_path / "serial" / name).read_bytes() == (tmp_path / "parallel" / name
+                                                            ).read_bytes(), name
+    assert (parallel[4].image == 4).all() and (parallel[11].image == 11).all()
+
+
+def test_spilled_spools_and_small_chunks_give_the_same_bytes(tmp_path, monkeypatch):
+    """The bounded-memory paths (labels moved to scratch files, padded arrays written a few
+    rows at a time, blocks flushed often) write exactly what the in-memory path writes."""
+    from detfmt import _builder
+
+    samples = make_samples(300, seed=11, max_boxes=9, fields=True)
+    options = {"box_fields": {"iscrowd": "uint8"}, "codec": "zstd"}
+    detfmt.write(samples, tmp_path / "memory", classes=CLASSES, **options)
+    monkeypatch.setattr(_builder, "SPOOL_MEMORY", 1000)
+    monkeypatch.setattr(_builder, "CHUNK_BYTES", 700)
+    monkeypatch.setattr(_builder, "BLOCK", 7)
+    detfmt.write(samples, tmp_path / "spilled", classes=CLASSES, **options)
+    names = detfmt.open(tmp_path / "memory").header.files
+    for name in [*names, "header.json"]:
+        assert (tmp_path / "memory" / name).read_bytes() == (tmp_path / "spilled" / name
+                                                            ).read_bytes(), name
