@@ -43,13 +43,16 @@ class Sink(Protocol):
 
 
 class DirectorySink:
-    """Members as files of ``directory`` (the writer's temporary directory)."""
+    """Members as files of ``directory`` (the writer's temporary directory). Every file is
+    fsynced at `finish`, all at once (one journal commit rather than one per file), then the
+    directory."""
 
     def __init__(self, directory: str) -> None:
         self.directory = directory
         self.scratch_dir = directory
         self.blob = _io.OutputFile(os.path.join(directory, spec.BLOB_FILE))
         self._open: list[_io.OutputFile] = [self.blob]
+        self._written: list[_io.OutputFile] = []
 
     def plan(self, sizes: Mapping[str, int]) -> None:
         """Files need no layout."""
@@ -60,10 +63,18 @@ class DirectorySink:
         return output
 
     def close_member(self, output: _io.OutputFile) -> FileInfo:
-        output.sync_and_close()
+        output.flush()
+        self._written.append(output)
         return FileInfo(size=output.size, xxh3_64=output.digest())
 
     def finish(self) -> None:
+        """fsync every file (an error is never retried as if it succeeded), close them, then
+        fsync the directory."""
+        try:
+            _io.fsync_all([output.fd for output in self._written])
+        finally:
+            for output in self._written:
+                output.close()
         _io.fsync_dir(self.directory)
 
     def abandon(self) -> None:

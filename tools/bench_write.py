@@ -159,6 +159,8 @@ def child(case: str, impl: str, count: int, workdir: str) -> dict[str, Any]:
     """One measurement; ``impl`` is 'plain' or the name of the detfmt implementation on the
     path (this process was started with it first on PYTHONPATH)."""
     target = Path(workdir) / "out"
+    if impl != "plain":
+        import detfmt  # imported before any clock starts
     if case in ("raw640", "raw640w2"):
         arrays = _images(count, 640)
         nbytes = sum(a.nbytes for a in arrays)
