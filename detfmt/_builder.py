@@ -166,9 +166,13 @@ class DatasetBuilder:
         payload = item.payload
         nbytes = len(payload) if isinstance(payload, bytes) else payload.nbytes
         offset = self.blob.size
-        self.blob.write(payload, -nbytes % spec.ALIGNMENT)
+        checksum = item.checksum
+        if checksum is None:
+            checksum = self.blob.write_checked(payload, -nbytes % spec.ALIGNMENT)
+        else:
+            self.blob.write(payload, -nbytes % spec.ALIGNMENT)
         height, width = item.height, item.width
-        self._records.append((offset, nbytes, height * width * spec.CHANNELS, item.checksum,
+        self._records.append((offset, nbytes, height * width * spec.CHANNELS, checksum,
                               height, width, spec.CHANNELS, item.codec, 0, 0))
         count = len(item.classes)
         self._counts.append(count)
@@ -222,7 +226,7 @@ class DatasetBuilder:
         """Write every member but images.bin once, then header.json; make the sink durable."""
         sink = self.sink
         self._flush_block()
-        self.blob.flush()
+        self.blob.finish()
         n, m = self.n, self.max_boxes
         arrays = _members.array_specs(n, m, self.options.box_fields)
         sizes = {spec.BLOB_FILE: self.blob.size, _members.NAMES_FILE: self.names.size}

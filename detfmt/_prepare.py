@@ -66,7 +66,7 @@ class Prepared:
     height: int
     width: int
     codec: int
-    checksum: int
+    checksum: int | None  # XXH3-64 of the payload; None: the writer hashes it while writing it
     boxes: np.ndarray  # (K, 4) float32
     classes: np.ndarray  # (K,) int32
     fields: tuple[np.ndarray, ...]  # per-box fields, in the options' order
@@ -129,9 +129,11 @@ def prepare(index: int, sample: Any, rules: Rules) -> Prepared:
         orig_size, scale_offset = (h0, w0), transform or _IDENTITY
     payload = _codecs.encode(image, options.codec, jpeg_quality=options.jpeg_quality,
                              zstd_level=options.zstd_level, png_level=PNG_LEVEL)
+    # a raw payload is the caller's array: hashed by the writer as it writes it (one read)
+    checksum = None if isinstance(payload, memoryview) else xxhash.xxh3_64_intdigest(payload)
     return Prepared(
         payload=payload, height=height, width=width, codec=rules.codec_id,
-        checksum=xxhash.xxh3_64_intdigest(payload), boxes=boxes, classes=classes, fields=fields,
+        checksum=checksum, boxes=boxes, classes=classes, fields=fields,
         orig_size=orig_size, scale_offset=scale_offset, source_id=_source_id(sample, index),
         name=_file_name(sample, index), clipped=clipped,
     )

@@ -63,7 +63,7 @@ class DirectorySink:
         return output
 
     def close_member(self, output: _io.OutputFile) -> FileInfo:
-        output.flush()
+        output.finish()
         self._written.append(output)
         return FileInfo(size=output.size, xxh3_64=output.digest())
 
@@ -120,7 +120,7 @@ class ShardSink:
 
     def close_member(self, output: _io.OutputFile) -> FileInfo:
         """Flush one member and zero the gap to the next (S-10)."""
-        output.flush()
+        output.finish()
         name = output.path.rsplit("#", 1)[1]
         assert self.toc is not None
         entry = self.toc.get(name)
@@ -144,6 +144,7 @@ class ShardSink:
         _io.close(fd)
 
     def abandon(self) -> None:
+        self.blob.abandon()  # stops its hashing thread; the shared fd is closed here
         if self.fd >= 0:
             fd, self.fd = self.fd, -1
             with contextlib.suppress(OSError):
