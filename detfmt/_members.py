@@ -1,28 +1,24 @@
 """What a written dataset consists of: its member files, their array shapes and its header.
 
 The writer knows every member name from its options before the first sample (the shard layout
-reserves its table of contents from that), and builds header.json here, both for real and as a
-worst case for any number of samples, so the header-size limit is checked before a sample is read.
+reserves its table of contents from that), and builds header.json here, for real and as the worst
+case for any number of samples (`detfmt.options` checks that one before a sample is read).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import msgspec
 import numpy as np
 
-from detfmt import _npy, spec, validate
+from detfmt import _npy, spec
 from detfmt._version import __version__
-from detfmt.errors import UsageError
 from detfmt.schema import ArrayInfo, BoxField, ClassInfo, FileInfo, Header, ImageInfo
 
-if TYPE_CHECKING:
-    from detfmt.options import WriteOptions
-
-__all__ = ["ArraySpec", "array_specs", "build_header", "check_header_budget", "encode_header",
+__all__ = ["ArraySpec", "HeaderOptions", "array_specs", "build_header", "encode_header",
            "member_names"]
 
 IMAGE_FIELDS = ("orig_size", "scale_offset", "source_id", "file_name")
@@ -32,6 +28,19 @@ WRITER = f"detfmt-python {__version__}"
 #: the largest number a header or table of contents can hold (u64: 20 digits)
 MAX_NUMBER = 10**20 - 1
 _PLACEHOLDER_DIGEST = "0" * 16
+
+
+class HeaderOptions(Protocol):
+    """The write options the header records (`detfmt.options.WriteOptions` has them)."""
+
+    @property
+    def max_side(self) -> int | None: ...
+
+    @property
+    def box_fields(self) -> tuple[tuple[str, str], ...]: ...
+
+    @property
+    def metadata(self) -> Mapping[str, str]: ...
 
 
 class ArraySpec(msgspec.Struct, frozen=True):
@@ -83,7 +92,7 @@ def member_names(box_fields: Sequence[tuple[str, str]]) -> list[str]:
     return sorted([spec.HEADER_FILE, spec.BLOB_FILE, NAMES_FILE, *arrays])
 
 
-def build_header(*, classes: Sequence[ClassInfo], options: WriteOptions, n: int, m: int,
+def build_header(*, classes: Sequence[ClassInfo], options: HeaderOptions, n: int, m: int,
                  codecs: Mapping[str, int], fixed_shape: tuple[int, int, int] | None,
                  files: Mapping[str, FileInfo], arrays: Sequence[ArraySpec]) -> Header:
     return Header(
@@ -108,33 +117,3 @@ def placeholder_files(sizes: Mapping[str, int]) -> dict[str, FileInfo]:
     """File entries with the real sizes and a digest of the right length, to size the header
     before the digests are known."""
     return {name: FileInfo(size=size, xxh3_64=_PLACEHOLDER_DIGEST) for name, size in sizes.items()}
-
-
-def check_header_budget(classes: Sequence[ClassInfo], options: WriteOptions) -> int:
-    """Check, before any sample is read, that the header is valid for the reader and fits its
-    size limit whatever N, M and the file sizes turn out to be; return that upper bound.
-
-    The worst case takes every number at its limit (N = 2^40, M = 65536, 20-digit sizes), so
-    nothing learned from the samples can push the real header over the limit.
-    """
-    n, m = spec.MAX_SAMPLES, spec.MAX_BOXES
-    arrays = array_specs(n, m, options.box_fields)
-    files = {name: MAX_NUMBER for name in member_names(options.box_fields)
-             if name != spec.HEADER_FILE}
-    fixed = (spec.MAX_SIDE, spec.MAX_SIDE, spec.CHANNELS) if options.codec == "raw" else None
-    header = build_header(classes=classes, options=options, n=n, m=m,
-                          codecs={options.codec: n}, fixed_shape=fixed,
-                          files=placeholder_files(files), arrays=arrays)
-    try:  # the reader's own schema and cross-field checks, on the worst-case header
-        msgspec.convert(msgspec.to_builtins(header), Header)
-    except msgspec.ValidationError as error:
-        raise UsageError(f"the header would be invalid: {error}") from error
-    for violation in validate.check_header(header, "header.json"):
-        raise UsageError(f"the header would be invalid: {violation.message}",
-                         rule=violation.rule)
-    size = len(encode_header(header))
-    if size > spec.MAX_HEADER_BYTES:
-        raise UsageError(f"the header could take {size} bytes, over the reader's "
-                         f"{spec.MAX_HEADER_BYTES}-byte limit: too many classes or too much "
-                         "metadata")
-    return size

@@ -20,11 +20,11 @@ from typing import Any, Literal
 import msgspec
 import numpy as np
 
-from detfmt import spec
+from detfmt import _members, spec, validate
 from detfmt.errors import UsageError
-from detfmt.schema import ClassInfo
+from detfmt.schema import ClassInfo, Header
 
-__all__ = ["Codec", "OnError", "WriteOptions", "normalize_classes"]
+__all__ = ["Codec", "OnError", "WriteOptions", "check_header_budget", "normalize_classes"]
 
 Codec = Literal["raw", "zstd", "jpeg", "png"]
 OnError = Literal["error", "skip"]
@@ -115,8 +115,6 @@ class WriteOptions:
         Raises:
             UsageError: a bad class list, or a header that could exceed the limit.
         """
-        from detfmt._members import check_header_budget  # the header builder needs numpy only
-
         infos = normalize_classes(classes)
         check_header_budget(infos, self)
         return infos
@@ -124,6 +122,39 @@ class WriteOptions:
     @property
     def num_box_fields(self) -> int:
         return len(self.box_fields)
+
+
+# --------------------------------------------------------------------------- header budget
+
+
+def check_header_budget(classes: list[ClassInfo], options: WriteOptions) -> int:
+    """Check, before any sample is read, that the header is valid for the reader and fits its
+    size limit whatever N, M and the file sizes turn out to be; return that upper bound.
+
+    The worst case takes every number at its limit (N = 2^40, M = 65536, 20-digit sizes), so
+    nothing learned from the samples can push the real header over the limit.
+    """
+    n, m = spec.MAX_SAMPLES, spec.MAX_BOXES
+    arrays = _members.array_specs(n, m, options.box_fields)
+    files = {name: _members.MAX_NUMBER for name in _members.member_names(options.box_fields)
+             if name != spec.HEADER_FILE}
+    fixed = (spec.MAX_SIDE, spec.MAX_SIDE, spec.CHANNELS) if options.codec == "raw" else None
+    header = _members.build_header(classes=classes, options=options, n=n, m=m,
+                                   codecs={options.codec: n}, fixed_shape=fixed,
+                                   files=_members.placeholder_files(files), arrays=arrays)
+    try:  # the reader's own schema and cross-field checks, on the worst-case header
+        msgspec.convert(msgspec.to_builtins(header), Header)
+    except msgspec.ValidationError as error:
+        raise UsageError(f"the header would be invalid: {error}") from error
+    for violation in validate.check_header(header, "header.json"):
+        raise UsageError(f"the header would be invalid: {violation.message}",
+                         rule=violation.rule)
+    size = len(_members.encode_header(header))
+    if size > spec.MAX_HEADER_BYTES:
+        raise UsageError(f"the header could take {size} bytes, over the reader's "
+                         f"{spec.MAX_HEADER_BYTES}-byte limit: too many classes or too much "
+                         "metadata")
+    return size
 
 
 # --------------------------------------------------------------------------- classes
