@@ -20,6 +20,7 @@ import dataclasses
 import errno
 import json
 import os
+import socket
 import sys
 import time
 import warnings
@@ -220,6 +221,7 @@ def build_shard(
         finally:
             if feed is not None:
                 feed.close()
+    assert builder is not None and feed is not None
     feed.warn_at_end()
     return ShardBuild(path=target, num_samples=header.num_samples, num_boxes=builder.num_boxes,
                       max_boxes=header.max_boxes, bytes=sink.size, xxh3_64=sink.digest,
@@ -402,8 +404,6 @@ def _locked_message(target: Path) -> str:
     if holder is None:
         return "another writer is writing this target"
     pid, host = holder
-    import socket
-
     if host == socket.gethostname() and not _alive(pid):
         return (f"the target is locked; its last writer (pid {pid} on {host}) is gone, so a "
                 "process it started still holds the lock: end that process")
