@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Iterable, Iterator
-from concurrent.futures import Future
+from concurrent.futures import BrokenExecutor, Future
 from typing import Any
 
 import xxhash
 
 from detfmt import _processes
 from detfmt._prepare import Prepared, Rules, needs_worker, prepare
-from detfmt.errors import InvalidSampleError
+from detfmt.errors import InvalidSampleError, WriteError
 
 __all__ = ["Outcome", "prepared_stream"]
 
@@ -59,6 +59,14 @@ def _prepare_here(index: int, sample: Any, rules: Rules, keep: bool
     return item
 
 
+def _outcome(index: int, future: Future) -> Prepared | InvalidSampleError:
+    try:
+        return future.result()
+    except BrokenExecutor as error:
+        raise WriteError(f"a worker process died while preparing sample {index} (killed, or "
+                         "out of memory?); nothing was published", index=index) from error
+
+
 def prepared_stream(samples: Iterable[Any], rules: Rules, workers: int) -> Iterator[Outcome]:
     """(index, prepared sample or its InvalidSampleError) for every input sample, in order."""
     if workers <= 0:
@@ -88,11 +96,11 @@ def prepared_stream(samples: Iterable[Any], rules: Rules, workers: int) -> Itera
                 first, result = pending.popleft()
                 if isinstance(result, Future):
                     in_flight -= 1
-                    result = result.result()
+                    result = _outcome(first, result)
                 yield first, result
         while pending:
             first, result = pending.popleft()
-            yield first, result.result() if isinstance(result, Future) else result
+            yield first, _outcome(first, result) if isinstance(result, Future) else result
         finished = True
     finally:
         if pool is not None:

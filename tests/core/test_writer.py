@@ -462,3 +462,20 @@ def test_spilled_spools_and_small_chunks_give_the_same_bytes(tmp_path, monkeypat
     for name in [*names, "header.json"]:
         assert (tmp_path / "memory" / name).read_bytes() == (tmp_path / "spilled" / name
                                                             ).read_bytes(), name
+
+
+def test_a_worker_that_dies_is_a_typed_error(tmp_path, monkeypatch):
+    """A worker killed mid-sample (the OOM killer) fails the write with a WriteError, leaves
+    nothing behind and does not hang."""
+    from detfmt import _image
+
+    def die(*args, **kwargs):
+        os._exit(9)
+
+    monkeypatch.setattr(_image, "load_rgb", die)  # the forked workers inherit it
+    buffer = io.BytesIO()
+    Image.fromarray(np.zeros((4, 4, 3), np.uint8)).save(buffer, "PNG")
+    samples = [one(image=buffer.getvalue(), boxes=[(0, 0, 4, 4)]) for _ in range(5)]
+    with pytest.raises(detfmt.WriteError, match="worker process died"):
+        detfmt.write(samples, tmp_path / "ds", classes=CLASSES, workers=2)
+    assert sorted(os.listdir(tmp_path)) == [".ds.detfmt-lock"]
