@@ -26,17 +26,21 @@ __all__ = ["DatasetBuilder"]
 
 BLOCK = 4096  # samples gathered in Python lists before they become spool bytes
 SPOOL_MEMORY = 32 << 20  # spool bytes kept in memory before they move to scratch files
+SPOOL_BUFFER = 1 << 20  # after that, each spool buffers this much before a write
 CHUNK_BYTES = 4 << 20  # read and pad labels in chunks of about this size
 CHUNK_ROWS = 1 << 16
 
 
 class _Spools:
-    """Spools that share one memory budget; past it, every spool moves to a scratch file."""
+    """Spools that share one memory budget; past it, every spool moves to a scratch file for
+    good (each then buffers at most ``SPOOL_BUFFER``: memory stays flat, and no large buffer is
+    allocated and freed over and over, which the allocator would not give back)."""
 
     def __init__(self, directory: str, budget: int) -> None:
         self.directory = directory
         self.budget = budget
         self.in_memory = 0
+        self.spilled = False
         self.spools: list[_Spool] = []
 
     def new(self) -> _Spool:
@@ -45,6 +49,7 @@ class _Spools:
         return spool
 
     def spill(self) -> None:
+        self.spilled = True
         for spool in self.spools:
             spool.spill()
         self.in_memory = 0
@@ -68,6 +73,10 @@ class _Spool:
         view = memoryview(data).cast("B") if isinstance(data, np.ndarray) else data
         self.memory += view
         self.size += len(view)
+        if self.owner.spilled:
+            if len(self.memory) >= SPOOL_BUFFER:
+                self.spill()
+            return
         self.owner.in_memory += len(view)
         if self.owner.in_memory > self.owner.budget:
             self.owner.spill()
