@@ -51,11 +51,14 @@ class Rules:
         object.__setattr__(self, "fields", tuple((n, np.dtype(d)) for n, d in fields))
         object.__setattr__(self, "keys", IMAGE_KEYS | {n for n, _ in fields})
         object.__setattr__(self, "pixel_limit", _codecs.decode_pixel_limit(self.options.codec))
+        object.__setattr__(self, "as_given", self.options.max_side is None
+                           and self.options.fixed_size is None)
 
     codec_id: int = dataclasses.field(init=False)
     fields: tuple[tuple[str, np.dtype], ...] = dataclasses.field(init=False)
     keys: frozenset[str] = dataclasses.field(init=False)
     pixel_limit: int | None = dataclasses.field(init=False)
+    as_given: bool = dataclasses.field(init=False)  # images are stored at their input size
 
 
 @dataclasses.dataclass(slots=True)
@@ -118,7 +121,9 @@ def prepare(index: int, sample: Any, rules: Rules) -> Prepared:
     h0, w0 = image.shape[0], image.shape[1]
     boxes, classes, clipped = check_labels(raw_boxes, raw_classes, h0, w0, index, rules)
     fields = _box_fields(sample, index, len(classes), rules) if rules.fields else ()
-    image, transform = _resize(image, options)
+    transform = None
+    if not rules.as_given:
+        image, transform = _resize(image, options)
     height, width = image.shape[0], image.shape[1]
     if transform is not None and len(boxes):
         boxes = _transform_boxes(boxes, transform, height, width)
@@ -127,16 +132,17 @@ def prepare(index: int, sample: Any, rules: Rules) -> Prepared:
                                                      transform or _IDENTITY)
     else:
         orig_size, scale_offset = (h0, w0), transform or _IDENTITY
-    payload = _codecs.encode(image, options.codec, jpeg_quality=options.jpeg_quality,
-                             zstd_level=options.zstd_level, png_level=PNG_LEVEL)
-    # a raw payload is the caller's array: hashed by the writer as it writes it (one read)
-    checksum = None if isinstance(payload, memoryview) else xxhash.xxh3_64_intdigest(payload)
-    return Prepared(
-        payload=payload, height=height, width=width, codec=rules.codec_id,
-        checksum=checksum, boxes=boxes, classes=classes, fields=fields,
-        orig_size=orig_size, scale_offset=scale_offset, source_id=_source_id(sample, index),
-        name=_file_name(sample, index), clipped=clipped,
-    )
+    if rules.codec_id == spec.CODEC_RAW:
+        # the caller's (C-contiguous) array itself: the writer hashes it as it writes it
+        payload: bytes | memoryview = memoryview(image).cast("B")
+        checksum = None
+    else:
+        payload = _codecs.encode(image, options.codec, jpeg_quality=options.jpeg_quality,
+                                 zstd_level=options.zstd_level, png_level=PNG_LEVEL)
+        checksum = xxhash.xxh3_64_intdigest(payload)
+    return Prepared(payload, height, width, rules.codec_id, checksum, boxes, classes, fields,
+                    orig_size, scale_offset, _source_id(sample, index),
+                    _file_name(sample, index), clipped)
 
 
 def _refuse_keys(sample: Mapping[str, Any], index: int, rules: Rules) -> NoReturn:
@@ -202,6 +208,9 @@ def stored_size(height: int, width: int, options: WriteOptions) -> tuple[int, in
 
 def _check_stored_size(height: int, width: int, rules: Rules, index: int) -> None:
     """Refuse, before decoding, an image the reader would refuse once stored."""
+    if rules.as_given and rules.pixel_limit is None and height <= spec.MAX_SIDE and \
+            width <= spec.MAX_SIDE:
+        return
     sh, sw = stored_size(height, width, rules.options)
     if max(sh, sw) > spec.MAX_SIDE:
         raise InvalidSampleError(f"image of {height}x{width} exceeds the {spec.MAX_SIDE}-pixel "
