@@ -175,13 +175,9 @@ class DatasetBuilder:
         payload = item.payload
         nbytes = len(payload) if isinstance(payload, bytes) else payload.nbytes
         offset = self.blob.size
-        checksum = item.checksum
-        if checksum is None:
-            checksum = self.blob.write_checked(payload, -nbytes % spec.ALIGNMENT)
-        else:
-            self.blob.write(payload, -nbytes % spec.ALIGNMENT)
+        self.blob.write(payload, -nbytes % spec.ALIGNMENT)
         height, width = item.height, item.width
-        self._records.append((offset, nbytes, height * width * spec.CHANNELS, checksum,
+        self._records.append((offset, nbytes, height * width * spec.CHANNELS, item.checksum,
                               height, width, spec.CHANNELS, item.codec, 0, 0))
         count = len(item.classes)
         self._counts.append(count)

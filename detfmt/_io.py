@@ -175,7 +175,6 @@ class OutputFile:
     BUFFER = 1 << 20
     WRITEBACK = 32 << 20  # start the disk on every this many bytes written (see start_writeback)
     DIRECT = 1 << 16  # writes at least this large skip the buffer
-    OVERLAP = 1 << 18  # and at least this large are hashed by a thread while they are written
 
     def __init__(self, path: str, *, fd: int | None = None, start: int = 0) -> None:
         self.path = path
@@ -186,36 +185,7 @@ class OutputFile:
         self.size = 0
         self._hash = xxhash.xxh3_64()
         self._pending = bytearray()
-        self._hasher: ThreadPoolExecutor | None = None
         self._unsynced = start  # file offset from which no writeback was started yet
-
-    def write_checked(self, data: Buffer, padding: int = 0) -> int:
-        """`write`, returning the XXH3-64 of ``data`` (an index checksum). A large buffer is
-        hashed by a thread while this one is in the write system call, which releases the GIL:
-        the hashing costs no time beside the kernel's copy of the same bytes."""
-        view = memoryview(data).cast("B")
-        if view.nbytes < self.OVERLAP:
-            checksum = xxhash.xxh3_64_intdigest(view)
-            self.write(view, padding)
-            return checksum
-        self.flush()
-        if self._hasher is None:
-            self._hasher = ThreadPoolExecutor(1, thread_name_prefix="detfmt-hash")
-        hashed = self._hasher.submit(self._hash_payload, view, padding)
-        try:
-            write_all(self.fd, [view, _ZEROS[:padding]], self._offset())
-        finally:
-            checksum = hashed.result()  # the thread reads ``view``: never return before it is done
-        self.size += view.nbytes + padding
-        self._advance(view.nbytes + padding)
-        return checksum
-
-    def _hash_payload(self, view: memoryview, padding: int) -> int:
-        checksum = xxhash.xxh3_64_intdigest(view)
-        self._hash.update(view)
-        if padding:
-            self._hash.update(_ZEROS[:padding])
-        return checksum
 
     def write(self, data: Buffer, padding: int = 0) -> None:
         """Append ``data`` and then ``padding`` zero bytes (< 64)."""
@@ -254,9 +224,8 @@ class OutputFile:
             self._unsynced = self.position
 
     def finish(self) -> None:
-        """Write what is pending and stop the hashing thread (the file stays open)."""
+        """Write what is pending (the file stays open)."""
         self.flush()
-        self._stop_hasher()
 
     def digest(self) -> str:
         return self._hash.hexdigest()
@@ -270,18 +239,11 @@ class OutputFile:
             self.close()
 
     def close(self) -> None:
-        self._stop_hasher()
         fd, self.fd = self.fd, -1
         if fd >= 0:
             close(fd)
 
-    def _stop_hasher(self) -> None:
-        if self._hasher is not None:
-            self._hasher.shutdown(wait=True)
-            self._hasher = None
-
     def abandon(self) -> None:
-        self._stop_hasher()
         if self.fd >= 0 and self.owns_fd:
             fd, self.fd = self.fd, -1
             with contextlib.suppress(OSError):

@@ -69,7 +69,7 @@ class Prepared:
     height: int
     width: int
     codec: int
-    checksum: int | None  # XXH3-64 of the payload; None: the writer hashes it while writing it
+    checksum: int  # XXH3-64 of the payload
     boxes: np.ndarray  # (K, 4) float32
     classes: np.ndarray  # (K,) int32
     fields: tuple[np.ndarray, ...]  # per-box fields, in the options' order
@@ -132,14 +132,12 @@ def prepare(index: int, sample: Any, rules: Rules) -> Prepared:
                                                      transform or _IDENTITY)
     else:
         orig_size, scale_offset = (h0, w0), transform or _IDENTITY
-    if rules.codec_id == spec.CODEC_RAW:
-        # the caller's (C-contiguous) array itself: the writer hashes it as it writes it
+    if rules.codec_id == spec.CODEC_RAW:  # the caller's (C-contiguous) array itself
         payload: bytes | memoryview = memoryview(image).cast("B")
-        checksum = None
     else:
         payload = _codecs.encode(image, options.codec, jpeg_quality=options.jpeg_quality,
                                  zstd_level=options.zstd_level, png_level=PNG_LEVEL)
-        checksum = xxhash.xxh3_64_intdigest(payload)
+    checksum = xxhash.xxh3_64_intdigest(payload)
     return Prepared(payload, height, width, rules.codec_id, checksum, boxes, classes, fields,
                     orig_size, scale_offset, _source_id(sample, index),
                     _file_name(sample, index), clipped)

@@ -14,8 +14,6 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import BrokenExecutor, Future
 from typing import Any
 
-import xxhash
-
 from detfmt import _processes
 from detfmt._prepare import Prepared, Rules, needs_worker, prepare
 from detfmt.errors import InvalidSampleError, WriteError
@@ -42,8 +40,6 @@ def _prepare_in_worker(index: int, sample: Any) -> Prepared | InvalidSampleError
         return error
     if isinstance(item.payload, memoryview):
         item.payload = item.payload.tobytes()
-    if item.checksum is None:  # hashed here, in parallel, rather than in the writer
-        item.checksum = xxhash.xxh3_64_intdigest(item.payload)
     return item
 
 
