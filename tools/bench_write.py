@@ -351,7 +351,7 @@ def main() -> None:
     parser.add_argument("--cases", default="raw640,raw640w2,tiny,memory,shard")
     parser.add_argument("--impl", action="append", default=[],
                         help="NAME=DIR: a detfmt package directory to measure (repeatable)")
-    parser.add_argument("--raw-count", type=int, default=200)
+    parser.add_argument("--raw-count", type=int, default=400)
     parser.add_argument("--tiny-count", type=int, default=20000)
     parser.add_argument("--memory-count", type=int, default=400000)
     parser.add_argument("--shard-count", type=int, default=200)
