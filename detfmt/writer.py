@@ -6,10 +6,10 @@ prepared (in workers only where they decode, resize or encode), appended to a si
 directory, or the shard file), the label members written once at the end in bounded memory, and
 the result checked with the reader before anyone can see it.
 
-Durability order of `write`: every file is fsynced as it is closed, then the temporary directory,
-then it is renamed into place (renameat2 RENAME_NOREPLACE for a new target, RENAME_EXCHANGE to
-replace an existing dataset in one step), then the parent directory is fsynced. A crash at any
-point leaves the target absent, or the old dataset, or the new one; never a partial dataset.
+Durability order of `write`: every file is fsynced after its last write, then the temporary
+directory, then it is renamed into place (renameat2 RENAME_NOREPLACE for a new target,
+RENAME_EXCHANGE to replace an existing dataset in one step), then the parent is fsynced. A crash
+at any point leaves the target absent, or the old dataset, or the new one; never a partial one.
 Overwriting removes only the old dataset's own members, and refuses a target holding anything else.
 """
 
