@@ -25,6 +25,7 @@ from detfmt.errors import (
     LabelError,
     LayoutError,
     ManifestError,
+    NormalizedBoxesWarning,
     NotDetfmtError,
     PackError,
     RootLayoutError,
@@ -46,6 +47,7 @@ from detfmt.version import __version__
 if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and IDEs
     from detfmt._verify import VerifyReport, verify
     from detfmt.api import open_dataset as open
+    from detfmt.options import WriteOptions
     from detfmt.protocol import DatasetLike
     from detfmt.reader import Dataset
     from detfmt.records import DatasetSchema, NumpyBatch, Sample
@@ -68,6 +70,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "ClassInfo": ("detfmt.schema", "ClassInfo"),
     "Header": ("detfmt.schema", "Header"),
     "write": ("detfmt.writer", "write"),
+    "WriteOptions": ("detfmt.options", "WriteOptions"),
     "WriteReport": ("detfmt.writer", "WriteReport"),
     "cleanup": ("detfmt.writer", "cleanup"),
     "ShardMeta": ("detfmt.shard.write", "ShardMeta"),
@@ -96,6 +99,7 @@ __all__ = [
     "LabelError",
     "LayoutError",
     "ManifestError",
+    "NormalizedBoxesWarning",
     "NotDetfmtError",
     "NumpyBatch",
     "PackError",
@@ -115,6 +119,7 @@ __all__ = [
     "UsageError",
     "VerifyReport",
     "WriteError",
+    "WriteOptions",
     "WriteReport",
     "__version__",
     "cleanup",

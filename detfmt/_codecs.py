@@ -25,7 +25,8 @@ try:  # libjpeg-turbo with the GIL released; Pillow is the fallback.
 except ImportError:  # pragma: no cover - depends on the platform's wheels
     simplejpeg = None
 
-__all__ = ["check_jpeg", "check_png", "decode_into", "encode", "zstd_frame_header"]
+__all__ = ["check_jpeg", "check_png", "decode_into", "decode_pixel_limit", "encode",
+           "zstd_frame_header"]
 
 MAX_ZSTD_WINDOW = 1 << 27  # 128 MiB: the zstd reference decoder's default streaming limit
 _local = threading.local()
@@ -71,6 +72,19 @@ def encode(
         Image.fromarray(image, "RGB").save(buffer, format="PNG", compress_level=png_level)
         return buffer.getvalue()
     raise UsageError(f"unknown codec {codec!r}; expected one of {sorted(spec.CODEC_IDS)}")
+
+
+def decode_pixel_limit(codec: str) -> int | None:
+    """The most pixels `decode_into` accepts in one payload of ``codec`` (None: only the
+    format's side limits), so a writer never stores what this reader would refuse.
+
+    PNG payloads (and JPEG ones without simplejpeg) are decoded by Pillow with its
+    decompression-bomb warning turned into an error: above ``Image.MAX_IMAGE_PIXELS`` they fail.
+    """
+    if codec == "png" or (codec == "jpeg" and simplejpeg is None):
+        limit = Image.MAX_IMAGE_PIXELS
+        return None if limit is None else int(limit)
+    return None
 
 
 def decode_into(

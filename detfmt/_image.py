@@ -5,6 +5,12 @@ One place decides how files become pixels, so the writer and every converter agr
   tools annotate the image as displayed; ``exif_transpose=False`` keeps the stored pixel order.
 - Grayscale, palette, CMYK, RGBA/LA and 16-bit images become RGB uint8: alpha is dropped
   (composited on black would invent pixels), 16-bit values are scaled by 1/257 (not clipped).
+
+Decoding an untrusted file costs bounded work: the pixel count is checked from the header before
+any pixel is decoded (``MAX_SOURCE_PIXELS``, and the caller's own limits through ``check``), and a
+progressive JPEG may have at most ``MAX_JPEG_SCANS`` scans, because each scan is a pass over the
+whole coefficient buffer (a small file with thousands of empty scans costs minutes of CPU).
+docs/reliability.md gives the measured memory peaks per decoded byte.
 """
 
 from __future__ import annotations
@@ -13,7 +19,9 @@ import dataclasses
 import io
 import os
 import warnings
+from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 from PIL import Image, ImageOps
@@ -21,8 +29,10 @@ from PIL import Image, ImageOps
 from detfmt.errors import InvalidSampleError
 
 __all__ = [
+    "MAX_JPEG_SCANS",
     "ImageInfo",
     "check_decodes",
+    "count_jpeg_scans",
     "load_rgb",
     "pil_to_rgb",
     "probe_image",
@@ -32,6 +42,8 @@ __all__ = [
 ]
 
 MAX_SOURCE_PIXELS = 1 << 28  # 268 M pixels: refuse decompression bombs before decoding
+#: progressive JPEG scans allowed (as NVIDIA nvImageCodec's default; real encoders use 2-20)
+MAX_JPEG_SCANS = 256
 EXIF_ORIENTATION = 0x0112
 _SWAPS_AXES = frozenset({5, 6, 7, 8})  # EXIF orientations that exchange width and height
 
@@ -75,14 +87,7 @@ def probe_image(path: str | os.PathLike[str], *, index: int | None = None) -> Im
     try:
         with Image.open(name) as image:
             width, height = image.size
-            orientation = 1
-            try:
-                value = image.getexif().get(EXIF_ORIENTATION, 1)
-                if isinstance(value, int) and 1 <= value <= 8:
-                    orientation = value
-            except Exception:  # a broken EXIF block is ignored, like Pillow's exif_transpose does
-                orientation = 1
-            return ImageInfo(int(width), int(height), orientation, image.format)
+            return ImageInfo(int(width), int(height), _orientation(image), image.format)
     except FileNotFoundError as error:
         raise _image_error("image file not found", name, index, "IMAGE_MISSING") from error
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as error:
@@ -100,12 +105,7 @@ def check_decodes(path: str | os.PathLike[str], *, index: int | None = None) -> 
     try:
         with warnings.catch_warnings(), Image.open(name) as image:
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            if image.width * image.height > MAX_SOURCE_PIXELS:
-                raise _image_error(
-                    f"image of {image.width}x{image.height} pixels exceeds {MAX_SOURCE_PIXELS}",
-                    name,
-                    index,
-                )
+            _check_before_decode(image, image.fp, name, index)
             if image.format == "JPEG":
                 image.draft(image.mode, (max(1, image.width // 8), max(1, image.height // 8)))
             image.load()
@@ -117,10 +117,55 @@ def check_decodes(path: str | os.PathLike[str], *, index: int | None = None) -> 
     return info
 
 
+def count_jpeg_scans(data: bytes) -> int:
+    """Number of scans (SOS markers) of a JPEG, without decoding it.
+
+    The marker segments before the first scan are walked by their lengths (so an EXIF thumbnail,
+    itself a JPEG inside APP1, is not counted); after it, every ``FF DA`` is a scan, since
+    entropy-coded data escapes FF bytes. Bytes inside later tables could only add to the count.
+    """
+    position = 2
+    size = len(data)
+    while position + 4 <= size:
+        if data[position] != 0xFF:
+            return 0  # not a marker: let the decoder report the corruption
+        marker = data[position + 1]
+        if marker == 0xFF:  # fill byte
+            position += 1
+            continue
+        if marker == 0xDA:
+            return 1 + data.count(b"\xff\xda", position + 2)
+        if 0xD0 <= marker <= 0xD9 or marker == 0x01:  # markers without a length
+            position += 2
+            continue
+        position += 2 + int.from_bytes(data[position + 2 : position + 4], "big")
+    return 0
+
+
+def _check_before_decode(image: Image.Image, handle: BinaryIO | None, name: str,
+                         index: int | None) -> None:
+    """Refuse, from the header alone, what would cost more than its decoded size to decode."""
+    if image.width * image.height > MAX_SOURCE_PIXELS:
+        raise _image_error(f"image of {image.width}x{image.height} pixels exceeds "
+                           f"{MAX_SOURCE_PIXELS}", name, index)
+    if image.format == "JPEG" and image.info.get("progressive") and handle is not None:
+        start = handle.tell()
+        handle.seek(0)
+        scans = count_jpeg_scans(handle.read())
+        handle.seek(start)
+        if scans > MAX_JPEG_SCANS:
+            raise _image_error(f"progressive JPEG with {scans} scans (at most {MAX_JPEG_SCANS}: "
+                               "each scan is a pass over the whole image)", name, index)
+
+
 def load_rgb(
-    source: str | os.PathLike[str] | bytes, *, exif_transpose: bool = True, index: int | None = None
+    source: str | os.PathLike[str] | bytes, *, exif_transpose: bool = True,
+    index: int | None = None, check: Callable[[int, int], None] | None = None,
 ) -> np.ndarray:
     """Decode an image file or encoded bytes into an (H, W, 3) uint8 RGB array.
+
+    ``check(height, width)`` (the displayed size, after the EXIF orientation when it applies)
+    runs before any pixel is decoded, so a caller's size limits cost nothing on a huge image.
 
     Raises:
         InvalidSampleError: rule ``IMAGE_INVALID``: missing, corrupt, truncated or too large.
@@ -136,24 +181,34 @@ def load_rgb(
         with handle, warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             image = Image.open(handle)
-            if image.width * image.height > MAX_SOURCE_PIXELS:
-                raise InvalidSampleError(
-                    f"image of {image.width}x{image.height} pixels exceeds {MAX_SOURCE_PIXELS}",
-                    rule="IMAGE_INVALID",
-                    path=name,
-                    index=index,
-                )
+            _check_before_decode(image, handle, name, index)
+            if check is not None:
+                height, width = image.height, image.width
+                if exif_transpose and _orientation(image) in _SWAPS_AXES:
+                    height, width = width, height
+                check(height, width)
             image.load()
             if exif_transpose:
                 image = ImageOps.exif_transpose(image)
             return pil_to_rgb(image)
-    except InvalidSampleError:
+    except InvalidSampleError as error:
+        if error.path is None:  # raised by ``check``: name the file
+            raise InvalidSampleError(error.message, rule=error.rule, path=name,
+                                     index=index) from error
         raise
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError,
             Image.DecompressionBombWarning) as error:
         raise InvalidSampleError(
             f"cannot decode image: {error}", rule="IMAGE_INVALID", path=name, index=index
         ) from error
+
+
+def _orientation(image: Image.Image) -> int:
+    try:
+        value = image.getexif().get(EXIF_ORIENTATION, 1)
+    except Exception:  # a broken EXIF block is ignored, like Pillow's exif_transpose does
+        return 1
+    return value if isinstance(value, int) and 1 <= value <= 8 else 1
 
 
 def pil_to_rgb(image: Image.Image) -> np.ndarray:

@@ -146,10 +146,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 def _cmd_cleanup(args: argparse.Namespace) -> int:
     from detfmt.writer import cleanup
 
-    removed = cleanup(args.directory)
-    for path in removed:
-        print(f"removed {path}")
-    print(f"{len(removed)} temporary director{'y' if len(removed) == 1 else 'ies'} removed")
+    print(cleanup(args.directory).summary())
     return 0
 
 

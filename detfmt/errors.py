@@ -30,13 +30,13 @@ as ``__cause__``, never leaked.
     │   └── CacheError                      the shard cache is unsafe, unwritable or full
     └── UsageError (ValueError)             invalid arguments or input from the caller
         ├── InvalidSampleError              one input sample is invalid (names the index)
-        └── SampleIndexError (IndexError)   a sample index outside 0..N-1
+        ├── SampleIndexError (IndexError)   a sample index outside 0..N-1
+        └── TooManyBoxesError               a box cap (max_boxes) would drop valid boxes
+
+    NormalizedBoxesWarning (UserWarning)    the writer's boxes look normalised to 0..1
 
 `error_for(rule, ...)` builds the typed error of a rule id: the one registry (`RULES`) that the
 reader, ``verify`` and the conformance adapter share.
-
-
-        └── TooManyBoxesError               a box cap (max_boxes) would drop valid boxes
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ __all__ = [
     "LabelError",
     "LayoutError",
     "ManifestError",
+    "NormalizedBoxesWarning",
     "NotDetfmtError",
     "PackError",
     "RootLayoutError",
@@ -336,3 +337,8 @@ def _rebuild_too_many_boxes(message, count, max_boxes, rule, path, index):
     return TooManyBoxesError(
         message, count=count, max_boxes=max_boxes, rule=rule, path=path, index=index
     )
+
+
+class NormalizedBoxesWarning(UserWarning):
+    """Every box given to the writer lies within 0..1 on images of many pixels: they look
+    normalised, while detfmt stores boxes in pixels (xyxy)."""

@@ -16,7 +16,6 @@ Importing this module imports ray (the ``scale`` extra); ``import detfmt`` never
 from __future__ import annotations
 
 import os
-import tempfile
 import uuid
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -31,12 +30,12 @@ from ray.data.block import BlockAccessor
 
 from detfmt import errors
 from detfmt.api import open_dataset
+from detfmt.options import WriteOptions
 from detfmt.shard.gc import collect
 from detfmt.shard.manifest import Manifest
 from detfmt.shard.session import WriteSession, adopt, begin_write
 from detfmt.shard.write import DEFAULT_SHARD_BYTES, ShardMeta, commit, write_partition
 from detfmt.storage import is_remote, open_storage
-from detfmt.writer import write
 
 __all__ = ["DetfmtDatasink", "read_detfmt"]
 
@@ -96,14 +95,8 @@ class DetfmtDatasink(Datasink):
 
     def on_write_start(self, schema: Any = None) -> None:
         """Fail before any task runs if options, input columns or the target are wrong."""
-        with tempfile.TemporaryDirectory() as tmp:  # the writer's own option checks, no data
-            write(
-                [],
-                os.path.join(tmp, "probe"),
-                classes=self.classes,
-                progress=False,
-                **self.write_options,
-            )
+        options = {k: v for k, v in self.write_options.items() if k not in ("workers", "progress")}
+        WriteOptions.from_kwargs(**options).check_classes(self.classes)  # the writer's checks
         if self.shard_bytes < 1:
             raise errors.UsageError("shard_bytes must be >= 1")
         names = list(getattr(schema, "names", None) or [])

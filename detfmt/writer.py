@@ -1,48 +1,54 @@
-"""``detfmt.write``: stream samples into a new dataset and publish it atomically.
+"""``detfmt.write``: stream samples into a new dataset and publish it atomically; and
+``build_shard``: stream them into one packed shard file, each byte written once.
 
-Memory stays bounded whatever N is. The maximum box count M is only known at the end, so labels
-are spooled flat (K boxes per sample) into the temporary directory and padded to (N, M) in
-chunks when the stream ends: a cheap second pass over the labels only, never over the images.
+Both run the same pipeline: options and limits checked before the first sample, samples
+prepared (in workers only where they decode, resize or encode), appended to a sink (a temporary
+directory, or the shard file), the label members written once at the end in bounded memory, and
+the result checked with the reader before anyone can see it.
 
-Durability order: every file is fsynced as it is closed, then the temporary directory, then it is
-renamed into place (renameat2 RENAME_NOREPLACE for a new target, RENAME_EXCHANGE to replace an
-existing dataset in one step), then the parent directory is fsynced. A crash at any point leaves
-the target absent, or the old dataset, or the new one; never a partial dataset.
+Durability order of `write`: every file is fsynced after its last write, then the temporary
+directory, then it is renamed into place (renameat2 RENAME_NOREPLACE for a new target,
+RENAME_EXCHANGE to replace an existing dataset in one step), then the parent is fsynced. A crash
+at any point leaves the target absent, or the old dataset, or the new one; never a partial one.
+Overwriting removes only the old dataset's own members, and refuses a target holding anything else.
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import errno
-import json
-import multiprocessing
 import os
+import socket
 import sys
 import time
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-import msgspec
-import numpy as np
+from detfmt import _io, _json, _members, _processes, errors, spec
+from detfmt._builder import DatasetBuilder
+from detfmt._cleanup import CleanupReport, cleanup
+from detfmt._prepare import Prepared, Rules
+from detfmt._sink import DirectorySink, ShardSink
+from detfmt._stream import Outcome, prepared_stream
+from detfmt.options import WriteOptions
+from detfmt.schema import ClassInfo, Header
 
-from detfmt import _io, _json, _npy, errors, spec
-from detfmt._prepare import Options, Prepared, prepare
-from detfmt.schema import ArrayInfo, BoxField, ClassInfo, FileInfo, Header, ImageInfo
+__all__ = ["CleanupReport", "ShardBuild", "WriteReport", "build_shard", "cleanup", "write"]
 
-__all__ = ["WriteReport", "cleanup", "write"]
-
-_PAD = bytes(spec.ALIGNMENT)
-_CHUNK_BYTES = 64 << 20  # padding pass works on chunks of about this many bytes
-_IMAGE_FIELDS = ("orig_size", "scale_offset", "source_id", "file_name")
+#: the normalised-box warning: images whose shorter side exceeds this many pixels, and how many
+#: samples with boxes must agree before it fires early (it also fires at the end)
+NORMALIZED_MIN_SIDE = 8
+NORMALIZED_EVIDENCE = 16
+_SKIP_EXAMPLES = 5
 
 
-@dataclass
+@dataclasses.dataclass
 class WriteReport:
-    """What a write produced."""
+    """What a write produced (``skipped`` counts invalid samples left out by
+    ``on_error="skip"``, by rule in ``skipped_rules``)."""
 
     path: Path
     num_samples: int
@@ -53,302 +59,271 @@ class WriteReport:
     total_bytes: int
     clipped_boxes: int
     seconds: float
-    extras: dict[str, Any] = field(default_factory=dict)
+    skipped: int = 0
+    skipped_rules: dict[str, int] = dataclasses.field(default_factory=dict)
+    skipped_examples: list[str] = dataclasses.field(default_factory=list)
+    extras: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        parts = [f"{self.num_samples} samples", f"{self.num_boxes} boxes (max {self.max_boxes})",
+                 "/".join(self.codecs) or "no images", _human(self.total_bytes),
+                 f"{self.seconds:.2f} s"]
+        if self.clipped_boxes:
+            parts.append(f"{self.clipped_boxes} boxes clipped")
+        if self.skipped:
+            parts.append(f"{self.skipped} skipped")
+        return f"WriteReport({str(self.path)!r}: {', '.join(parts)})"
 
 
-def _class_infos(classes: Sequence[Any]) -> list[ClassInfo]:
-    infos = []
-    for position, item in enumerate(classes):
-        if isinstance(item, ClassInfo):
-            infos.append(item)
-        elif isinstance(item, str):
-            infos.append(ClassInfo(name=item))
-        elif isinstance(item, Mapping) and "name" in item:
-            infos.append(ClassInfo(name=str(item["name"]), source_id=item.get("source_id")))
-        else:
-            raise errors.UsageError(f"classes[{position}] must be a name, a ClassInfo or a "
-                                    f"mapping with 'name', got {item!r}")
-    try:
-        infos = msgspec.convert([msgspec.to_builtins(info) for info in infos], list[ClassInfo])
-    except msgspec.ValidationError as error:
-        raise errors.UsageError(f"invalid classes: {error}") from error
-    names = [info.name for info in infos]
-    if len(set(names)) != len(names):
-        raise errors.UsageError("class names must be unique")
-    if len(infos) > spec.MAX_CLASSES:
-        raise errors.UsageError(f"at most {spec.MAX_CLASSES} classes")
-    return infos
+@dataclasses.dataclass(frozen=True)
+class ShardBuild:
+    """One packed shard written by `build_shard`: the facts a manifest entry needs.
+
+    ``bytes`` and ``xxh3_64`` describe the whole file; ``header`` is its inner 1.0 header (the
+    schema: classes, box and image fields, codecs, fixed shape, max side).
+    """
+
+    path: Path
+    num_samples: int
+    num_boxes: int
+    max_boxes: int
+    bytes: int
+    xxh3_64: str
+    header: Header
+    clipped_boxes: int = 0
+    skipped: int = 0
+    skipped_rules: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        return (f"ShardBuild({str(self.path)!r}: {self.num_samples} samples, "
+                f"{_human(self.bytes)}, xxh3 {self.xxh3_64})")
 
 
-def _options(classes: list[ClassInfo], codec: str, max_side: int | None,
-             fixed_size: tuple[int, int] | int | None, clip: bool,
-             box_fields: Mapping[str, Any] | None, jpeg_quality: int, zstd_level: int,
-             exif_transpose: bool) -> Options:
-    if codec not in spec.CODEC_IDS:
-        raise errors.UsageError(f"codec must be one of {sorted(spec.CODEC_IDS)}, got {codec!r}")
-    if max_side is not None and not (isinstance(max_side, int) and 1 <= max_side <= spec.MAX_SIDE):
-        raise errors.UsageError(f"max_side must be an int in 1..{spec.MAX_SIDE}, got {max_side!r}")
-    if isinstance(fixed_size, int):
-        fixed_size = (fixed_size, fixed_size)
-    if fixed_size is not None:
-        fixed_size = tuple(fixed_size)
-        if len(fixed_size) != 2 or not all(isinstance(v, int) and 1 <= v <= spec.MAX_SIDE
-                                           for v in fixed_size):
-            raise errors.UsageError(f"fixed_size must be (height, width), got {fixed_size!r}")
-    if not 1 <= jpeg_quality <= 100:
-        raise errors.UsageError("jpeg_quality must be in 1..100")
-    fields = []
-    for name, dtype in (box_fields or {}).items():
-        descr = np.lib.format.dtype_to_descr(np.dtype(dtype))
-        if descr not in spec.BOX_FIELD_DTYPES:
-            raise errors.UsageError(f"box field {name!r}: dtype must be uint8, int32 or float32")
+def _human(size: int) -> str:
+    value = float(size)
+    for unit in ("B", "KB", "MB", "GB"):
+        if value < 1000 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{size} B"  # pragma: no cover
+
+
+# --------------------------------------------------------------------------- the public calls
+
+
+def write(
+    samples: Iterable[Any],
+    path: str | os.PathLike[str],
+    *,
+    classes: Any,
+    options: WriteOptions | None = None,
+    overwrite: bool = False,
+    workers: int = 0,
+    progress: bool | None = None,
+    **option_kwargs: Any,
+) -> WriteReport:
+    """Write samples into a new detfmt dataset at ``path``, atomically.
+
+    Args:
+        samples: any iterable (a generator is fine) of mappings with ``image`` ((H, W, 3) uint8
+            array, PIL image, encoded JPEG/PNG bytes, or a file path), ``boxes`` ((K, 4) xyxy in
+            that image's pixels), ``classes`` ((K,) ids into ``classes``), and optionally
+            ``file_name``, ``source_id``, per-box fields named in ``box_fields``, and
+            ``orig_size`` / ``scale_offset`` when the caller already resized the image.
+        path: the dataset directory to create.
+        classes: class names by contiguous id: a list (or numpy array) of names, ClassInfo or
+            {"name", "source_id"} mappings, or a mapping {id: name}.
+        options: a `WriteOptions`; or pass its fields as keywords (``codec="jpeg"``,
+            ``max_side=640``, ``fixed_size``, ``clip``, ``box_fields``, ``jpeg_quality``,
+            ``zstd_level``, ``exif_transpose``, ``metadata``, ``on_error``).
+        overwrite: replace an existing detfmt dataset (atomically); never a path holding
+            anything but a dataset's own files.
+        workers: processes that decode, resize and encode (0: in this process). Samples that
+            need none of that (arrays stored raw at their size) are always written here.
+        progress: show a progress bar (default: when stderr is a terminal).
+
+    Raises:
+        InvalidSampleError: a sample is invalid (``index`` and ``rule`` say which and why).
+        UsageError: invalid options or classes (checked before any sample is read).
+        TargetExistsError, TargetLockedError, TargetNotWritableError, WriteError.
+    """
+    started = time.perf_counter()
+    options = _resolve_options(options, option_kwargs)
+    class_infos = options.check_classes(classes)
+    _check_call(samples, workers)
+    if not isinstance(overwrite, bool):
+        raise errors.UsageError(f"overwrite must be True or False, got {overwrite!r}")
+    target = Path(os.path.abspath(os.fspath(path)))
+    with _processes.terminating():
+        lock = _take_lock(target)
         try:
-            BoxField(name=name, dtype=descr)
-            msgspec.convert({"name": name, "dtype": descr}, BoxField)
-        except msgspec.ValidationError as error:
-            raise errors.UsageError(f"invalid box field name {name!r}: {error}") from error
-        if name in _IMAGE_FIELDS or name in ("image", "boxes", "classes"):
-            raise errors.UsageError(f"box field name {name!r} is reserved")
-        fields.append((name, descr))
-    return Options(codec=codec, num_classes=len(classes), max_side=max_side,
-                   fixed_size=fixed_size, clip=clip, box_fields=tuple(fields),
-                   jpeg_quality=jpeg_quality, zstd_level=zstd_level,
-                   exif_transpose=exif_transpose)
-
-
-class _Spool:
-    """A flat temporary array file, appended sample by sample."""
-
-    def __init__(self, path: Path, dtype: str) -> None:
-        self.path = path
-        self.dtype = np.dtype(dtype)
-        self.file = _io.OutputFile(str(path))
-        self.count = 0
-
-    def append(self, values: np.ndarray) -> None:
-        data = np.ascontiguousarray(values, dtype=self.dtype)
-        if data.size:
-            self.file.write(data.view(np.uint8).reshape(-1))
-            self.count += data.size
-
-    def flush(self) -> None:
-        self.file.flush()
-
-    def finish(self) -> None:
-        self.flush()
-        self.file.sync_and_close()
-
-    def read_chunks(self, counts_chunks: Iterable[int]) -> Iterable[np.ndarray]:
-        """Yield consecutive slices holding the given numbers of elements."""
-        with open(self.path, "rb") as handle:
-            for count in counts_chunks:
-                data = handle.read(count * self.dtype.itemsize)
-                yield np.frombuffer(data, self.dtype)
-
-
-class _DatasetBuilder:
-    """Appends prepared samples into files of a temporary directory, then finalizes them."""
-
-    def __init__(self, directory: Path, options: Options) -> None:
-        self.directory = directory
-        self.options = options
-        self.blob = _io.OutputFile(str(directory / spec.BLOB_FILE))
-        spool = directory / ".spool"
-        _io.mkdir(str(spool))
-        self.spool_dir = spool
-        self.index = _Spool(spool / "index", "V48")
-        self.counts = _Spool(spool / "counts", "<i4")
-        self.boxes = _Spool(spool / "boxes", "<f4")
-        self.classes = _Spool(spool / "classes", "<i4")
-        self.fields = {name: _Spool(spool / f"box_{name}", dtype)
-                       for name, dtype in options.box_fields}
-        self.orig_size = _Spool(spool / "orig_size", "<u4")
-        self.scale_offset = _Spool(spool / "scale_offset", "<f8")
-        self.source_id = _Spool(spool / "source_id", "<i8")
-        self.names = _io.OutputFile(str(directory / "file_name.bin"))
-        self.name_offsets = _Spool(spool / "file_name_offsets", "<u8")
-        self.name_offsets.append(np.zeros(1, np.uint64))
-        self.n = 0
-        self.max_boxes = 0
-        self.num_boxes = 0
-        self.clipped = 0
-        self.codec_counts: collections.Counter[str] = collections.Counter()
-        self.shapes: set[tuple[int, int]] = set()
-        self.record = np.zeros(1, spec.INDEX_DTYPE)
-        self.files: dict[str, _io.OutputFile] = {}
-
-    def append(self, item: Prepared) -> None:
-        count = len(item.boxes)
-        if self.n >= spec.MAX_SAMPLES:
-            raise errors.UsageError(f"more than {spec.MAX_SAMPLES} samples")
-        offset = self.blob.size
-        nbytes = memoryview(item.payload).nbytes
-        self.blob.write(item.payload)
-        padding = spec.align_up(nbytes) - nbytes
-        if padding:
-            self.blob.write(_PAD[:padding])
-        record = self.record
-        record["offset"] = offset
-        record["nbytes"] = nbytes
-        record["decoded_nbytes"] = item.height * item.width * spec.CHANNELS
-        record["checksum"] = item.checksum
-        record["height"] = item.height
-        record["width"] = item.width
-        record["channels"] = spec.CHANNELS
-        record["codec"] = item.codec
-        self.index.append(record.view("V48"))
-        self.counts.append(np.array([count], np.int32))
-        self.boxes.append(item.boxes)
-        self.classes.append(item.classes)
-        for name, spool in self.fields.items():
-            spool.append(item.box_fields[name])
-        self.orig_size.append(np.array(item.orig_size, np.uint32))
-        self.scale_offset.append(np.array(item.scale_offset, np.float64))
-        self.source_id.append(np.array([item.source_id], np.int64))
-        self.names.write(item.file_name.encode("utf-8"))
-        self.name_offsets.append(np.array([self.names.size], np.uint64))
-        self.n += 1
-        self.max_boxes = max(self.max_boxes, count)
-        self.num_boxes += count
-        self.clipped += item.clipped
-        self.codec_counts[spec.CODEC_NAMES[item.codec]] += 1
-        if len(self.shapes) < 2:
-            self.shapes.add((item.height, item.width))
-
-    # ------------------------------------------------------------------ finalize
-
-    def finalize(self, classes: list[ClassInfo], metadata: Mapping[str, str], max_side: int | None
-                 ) -> Header:
-        spools = [self.index, self.counts, self.boxes, self.classes, *self.fields.values(),
-                  self.orig_size, self.scale_offset, self.source_id, self.name_offsets]
-        for spool in spools:
-            spool.finish()
-        self._close(spec.BLOB_FILE, self.blob)
-        self._close("file_name.bin", self.names)
-        n, m = self.n, self.max_boxes
-        arrays: dict[str, ArrayInfo] = {}
-        self._copy_npy(spec.INDEX_FILE, self.index, spec.INDEX_DTYPE, (n,), arrays)
-        self._copy_npy(spec.COUNTS_FILE, self.counts, np.dtype("<i4"), (n,), arrays)
-        self._copy_npy("orig_size.npy", self.orig_size, np.dtype("<u4"), (n, 2), arrays)
-        self._copy_npy("scale_offset.npy", self.scale_offset, np.dtype("<f8"), (n, 4), arrays)
-        self._copy_npy("source_id.npy", self.source_id, np.dtype("<i8"), (n,), arrays)
-        self._copy_npy("file_name.offsets.npy", self.name_offsets, np.dtype("<u8"), (n + 1,),
-                       arrays)
-        counts = np.fromfile(self.counts.path, np.int32)
-        self._pad_npy(spec.BOXES_FILE, self.boxes, counts, 4, 0, arrays)
-        self._pad_npy(spec.CLASSES_FILE, self.classes, counts, 1, spec.CLASS_PADDING, arrays)
-        for name, spool in self.fields.items():
-            self._pad_npy(spec.box_field_file(name), spool, counts, 1, 0, arrays)
-        _io.remove_tree(self.spool_dir)
-        codec = self.options.codec
-        fixed = None
-        if n and len(self.shapes) == 1 and codec == "raw":
-            (h, w), = self.shapes
-            fixed = (h, w, 3)
-        from detfmt.version import __version__
-
-        header = Header(
-            format=spec.FORMAT_NAME, version=spec.FORMAT_VERSION, num_samples=n, max_boxes=m,
-            classes=classes,
-            image=ImageInfo(fixed_shape=fixed, max_side=max_side, codecs=dict(self.codec_counts)),
-            files={name: FileInfo(size=f.size, xxh3_64=f.digest())
-                   for name, f in sorted(self.files.items())},
-            arrays=dict(sorted(arrays.items())),
-            box_fields=[BoxField(name=name, dtype=dtype)
-                        for name, dtype in self.options.box_fields],
-            image_fields=list(_IMAGE_FIELDS),
-            writer=f"detfmt-python {__version__}",
-            metadata=dict(metadata),
-        )
-        encoded = json.dumps(msgspec.to_builtins(header), indent=2, ensure_ascii=False,
-                             sort_keys=False).encode("utf-8") + b"\n"
-        if len(encoded) > spec.MAX_HEADER_BYTES:
-            raise errors.UsageError(f"the header would be {len(encoded)} bytes, over the "
-                                    f"{spec.MAX_HEADER_BYTES}-byte limit (too many classes or "
-                                    "metadata)")
-        out = _io.OutputFile(str(self.directory / spec.HEADER_FILE))
-        out.write(encoded)
-        out.sync_and_close()
-        return header
-
-    def _close(self, name: str, output: _io.OutputFile) -> None:
-        output.sync_and_close()
-        self.files[name] = output
-
-    def _copy_npy(self, name: str, spool: _Spool, dtype: np.dtype, shape: tuple[int, ...],
-                  arrays: dict[str, ArrayInfo]) -> None:
-        out = _io.OutputFile(str(self.directory / name))
-        out.write(_npy.encode_header(dtype, shape))
-        with open(spool.path, "rb") as handle:
-            while chunk := handle.read(_CHUNK_BYTES):
-                out.write(chunk)
-        self._close(name, out)
-        descr = np.lib.format.dtype_to_descr(dtype)
-        arrays[name] = ArrayInfo(dtype=descr if isinstance(descr, str) else
-                                 [tuple(f) for f in descr], shape=list(shape))
-
-    def _pad_npy(self, name: str, spool: _Spool, counts: np.ndarray, width: int, fill: int,
-                 arrays: dict[str, ArrayInfo]) -> None:
-        """Write an (N, M[, width]) array from the flat spool, padding each row to M."""
-        n, m = self.n, self.max_boxes
-        shape = (n, m, width) if width > 1 else (n, m)
-        out = _io.OutputFile(str(self.directory / name))
-        out.write(_npy.encode_header(spool.dtype, shape))
-        row_bytes = max(1, m * width * spool.dtype.itemsize)
-        rows = max(1, _CHUNK_BYTES // row_bytes)
-        starts = range(0, n, rows)
-        sizes = [int(counts[s : s + rows].sum()) * width for s in starts]
-        for start, flat in zip(starts, spool.read_chunks(sizes), strict=True):
-            chunk_counts = counts[start : start + rows]
-            block = np.full((len(chunk_counts), m, width), fill, spool.dtype)
-            mask = np.arange(m) < chunk_counts[:, None]
-            block[mask] = flat.reshape(-1, width)
-            out.write(block.reshape(-1).view(np.uint8))
-        self._close(name, out)
-        arrays[name] = ArrayInfo(dtype=np.lib.format.dtype_to_descr(spool.dtype), shape=list(shape))
-
-    def abandon(self) -> None:
-        for output in [self.blob, self.names, *self.files.values()]:
-            output.abandon()
-        for spool in [self.index, self.counts, self.boxes, self.classes, *self.fields.values(),
-                      self.orig_size, self.scale_offset, self.source_id, self.name_offsets]:
-            spool.file.abandon()
-
-
-def _prepare_in_worker(index: int, sample: Any, options: Options) -> Prepared:
-    """`prepare` for a worker process: a raw payload is a memoryview, which cannot be pickled
-    back to the parent, so it is returned as bytes."""
-    item = prepare(index, sample, options)
-    if isinstance(item.payload, memoryview):
-        item.payload = item.payload.tobytes()
-    return item
-
-
-def _prepared_stream(samples: Iterable[Any], options: Options, workers: int
-                     ) -> Iterable[Prepared]:
-    """Prepare samples in order, in this process or in a bounded window of worker processes."""
-    if workers <= 0:
-        for i, sample in enumerate(samples):
-            yield prepare(i, sample, options)
-        return
-    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
-    context = multiprocessing.get_context(method)
-    pending: collections.deque[Future[Prepared]] = collections.deque()
-    window = 4 * workers
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-        try:
-            for i, sample in enumerate(samples):
-                pending.append(pool.submit(_prepare_in_worker, i, sample, options))
-                if len(pending) >= window:
-                    yield pending.popleft().result()
-            while pending:
-                yield pending.popleft().result()
+            header, feed = _write_locked(samples, target, class_infos, options, overwrite,
+                                         workers, progress)
         finally:
-            for future in pending:
-                future.cancel()
+            _io.unlock(lock)
+    feed.warn_at_end()
+    total = sum(info.size for info in header.files.values())
+    return WriteReport(path=target, num_samples=header.num_samples,
+                       num_boxes=feed.builder.num_boxes, max_boxes=header.max_boxes,
+                       codecs=dict(header.image.codecs),
+                       blob_bytes=header.files[spec.BLOB_FILE].size, total_bytes=total,
+                       clipped_boxes=feed.builder.clipped, seconds=time.perf_counter() - started,
+                       skipped=feed.skipped, skipped_rules=dict(feed.skipped_rules),
+                       skipped_examples=list(feed.examples))
 
 
-def _progress(progress: bool | None, total: int | None):
+def build_shard(
+    samples: Iterable[Any],
+    path: str | os.PathLike[str],
+    *,
+    classes: Any,
+    options: WriteOptions | None = None,
+    workers: int = 0,
+    progress: bool | None = False,
+    **option_kwargs: Any,
+) -> ShardBuild:
+    """Write samples as one packed shard file at ``path`` (a name that must not exist yet).
+
+    The images stream into their final place as samples arrive; the other members are written
+    once at the end and the file is fsynced once. Same samples, classes and options give the
+    same bytes (S-14). On return the file is complete, fsynced and checked by the reader; on an
+    error it has been removed (a SIGKILL can leave a partial file: give a temporary name and
+    rename it into place). Options, classes and workers are those of `write`.
+
+    Raises:
+        InvalidSampleError, UsageError, TargetExistsError (``path`` exists), WriteError.
+    """
+    options = _resolve_options(options, option_kwargs)
+    class_infos = options.check_classes(classes)
+    _check_call(samples, workers)
+    target = Path(os.path.abspath(os.fspath(path)))
+    with _processes.terminating():
+        try:
+            sink = ShardSink(str(target), _members.member_names(options.box_fields))
+        except FileExistsError as error:
+            raise errors.TargetExistsError("the shard file exists", path=target) from error
+        except OSError as error:
+            raise _os_error(error, target, "cannot create the shard file") from error
+        builder: DatasetBuilder | None = None
+        feed: _Feed | None = None
+        try:
+            builder = DatasetBuilder(sink, options)
+            feed = _Feed(builder, options, _progress(progress, samples))
+            feed.run(prepared_stream(samples, Rules(options, len(class_infos)), workers))
+            header = builder.finalize(class_infos)
+            _validate_shard(target)
+        except BaseException as error:
+            (builder or sink).abandon()
+            if isinstance(error, OSError) and not isinstance(error, errors.DetfmtError):
+                raise _os_error(error, target, "writing the shard failed") from error
+            raise
+        finally:
+            if feed is not None:
+                feed.close()
+    assert builder is not None and feed is not None
+    feed.warn_at_end()
+    return ShardBuild(path=target, num_samples=header.num_samples, num_boxes=builder.num_boxes,
+                      max_boxes=header.max_boxes, bytes=sink.size, xxh3_64=sink.digest,
+                      header=header, clipped_boxes=builder.clipped, skipped=feed.skipped,
+                      skipped_rules=dict(feed.skipped_rules))
+
+
+# --------------------------------------------------------------------------- arguments
+
+
+def _resolve_options(options: WriteOptions | None, kwargs: dict[str, Any]) -> WriteOptions:
+    if options is None:
+        return WriteOptions.from_kwargs(**kwargs)
+    if not isinstance(options, WriteOptions):
+        raise errors.UsageError(f"options must be a WriteOptions, got {type(options).__name__}")
+    if kwargs:
+        raise errors.UsageError(f"pass either options= or option keywords, not both "
+                                f"(got {sorted(kwargs)})")
+    return options
+
+
+def _check_call(samples: Any, workers: Any) -> None:
+    if isinstance(samples, (str, bytes, os.PathLike)):
+        raise errors.UsageError("samples must be an iterable of samples, not a path")
+    if isinstance(samples, dict) or not isinstance(samples, Iterable):
+        raise errors.UsageError(f"samples must be an iterable of samples, got "
+                                f"{type(samples).__name__}")
+    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 0:
+        raise errors.UsageError(f"workers must be an int >= 0, got {workers!r}")
+
+
+# --------------------------------------------------------------------------- the stream
+
+
+class _Feed:
+    """Appends the prepared stream to a builder: raises or skips invalid samples, warns once
+    when every box looks normalised, drives the progress bar."""
+
+    def __init__(self, builder: DatasetBuilder, options: WriteOptions, bar: Any) -> None:
+        self.builder = builder
+        self.skip = options.on_error == "skip"
+        self.bar = bar
+        self.skipped = 0
+        self.skipped_rules: collections.Counter[str] = collections.Counter()
+        self.examples: list[str] = []
+        self.with_boxes = 0
+        self.normalized = 0
+        self.warned = False
+
+    def run(self, stream: Iterator[Outcome]) -> None:
+        append = self.builder.append
+        for _, result in stream:
+            if not isinstance(result, Prepared):
+                if not self.skip:
+                    raise result
+                self._skipped(result)
+            else:
+                append(result)
+                if not self.warned and len(result.classes):
+                    self._track_normalized(result)
+            if self.bar is not None:
+                self.bar.update(1)
+
+    def _skipped(self, error: errors.InvalidSampleError) -> None:
+        self.skipped += 1
+        self.skipped_rules[error.rule or "SAMPLE_INVALID"] += 1
+        if len(self.examples) < _SKIP_EXAMPLES:
+            self.examples.append(str(error))
+
+    def _track_normalized(self, item: Prepared) -> None:
+        """Stored boxes all within 0..1 on stored images of many pixels (the inputs were then
+        within 0..1 too, or the image was shrunk to a few pixels)."""
+        self.with_boxes += 1
+        if float(item.boxes.max()) <= 1.0 and min(item.height, item.width) > NORMALIZED_MIN_SIDE:
+            self.normalized += 1
+        if self.with_boxes >= NORMALIZED_EVIDENCE:
+            self._maybe_warn()
+            self.warned = True  # decided: either warned now, or the boxes are in pixels
+
+    def _maybe_warn(self) -> None:
+        if self.with_boxes and self.normalized == self.with_boxes:
+            warnings.warn(
+                f"all boxes of the first {self.with_boxes} samples with boxes lie within 0..1 on "
+                "images of many pixels: they look normalised, but detfmt stores boxes as pixel "
+                "xyxy; multiply them by (width, height, width, height)",
+                errors.NormalizedBoxesWarning, stacklevel=4)
+
+    def warn_at_end(self) -> None:
+        if not self.warned:
+            self._maybe_warn()
+            self.warned = True
+        if self.skipped:
+            rules = ", ".join(f"{rule}: {count}" for rule, count in
+                              sorted(self.skipped_rules.items()))
+            warnings.warn(f"skipped {self.skipped} invalid samples ({rules}); see the report's "
+                          "skipped_examples", UserWarning, stacklevel=3)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _progress(progress: bool | None, samples: Any) -> Any:
     if progress is None:
         progress = sys.stderr.isatty()
     if not progress:
@@ -357,126 +332,33 @@ def _progress(progress: bool | None, total: int | None):
         from tqdm import tqdm
     except ImportError:  # pragma: no cover - tqdm is a dependency
         return None
+    total = len(samples) if hasattr(samples, "__len__") else None
     return tqdm(total=total, unit="img", desc="detfmt write", leave=False)
 
 
-def _check_target(target: Path, overwrite: bool) -> bool:
-    """Return whether the target exists; refuse what must not be replaced."""
-    if not os.path.lexists(target):
-        return False
-    if not overwrite:
-        raise errors.TargetExistsError("target exists; pass overwrite=True to replace it",
-                                       path=target)
-    header = target / spec.HEADER_FILE
+# --------------------------------------------------------------------------- the 1.0 directory
+
+
+def _write_locked(samples: Iterable[Any], target: Path, class_infos: list[ClassInfo],
+                  options: WriteOptions, overwrite: bool, workers: int, progress: bool | None
+                  ) -> tuple[Header, _Feed]:
+    old_members = _existing_members(target, overwrite)
     try:
-        if target.is_symlink() or not target.is_dir():
-            raise ValueError("not a directory")
-        with open(header, "rb") as handle:  # the one JSON profile (SPEC §5.6), as readers
-            identity = _json.parse_json(handle.read(spec.MAX_HEADER_BYTES + 1), path=str(header),
-                                        limit=spec.MAX_HEADER_BYTES, rule="HEADER_JSON"
-                                        ).get("format")
-    except (OSError, ValueError, AttributeError) as error:
-        raise errors.TargetExistsError(
-            "target exists and is not a detfmt dataset; refusing to replace it", path=target
-        ) from error
-    if identity != spec.FORMAT_NAME:
-        raise errors.TargetExistsError(
-            "target exists and is not a detfmt dataset; refusing to replace it", path=target)
-    return True
-
-
-def _os_error(error: OSError, target: Path, what: str) -> errors.WriteError:
-    code = error.errno
-    if code in (errno.EROFS, errno.EACCES, errno.EPERM):
-        return errors.TargetNotWritableError(f"{what}: {error.strerror}", errno=code, path=target)
-    return errors.WriteError(f"{what}: {error.strerror or error}", errno=code, path=target)
-
-
-def write(
-    samples: Iterable[Any],
-    path: str | os.PathLike[str],
-    *,
-    classes: Sequence[str | ClassInfo | Mapping[str, Any]],
-    codec: str = "raw",
-    max_side: int | None = None,
-    fixed_size: tuple[int, int] | int | None = None,
-    clip: bool = False,
-    box_fields: Mapping[str, Any] | None = None,
-    overwrite: bool = False,
-    workers: int = 0,
-    jpeg_quality: int = 90,
-    zstd_level: int = 3,
-    exif_transpose: bool = True,
-    progress: bool | None = None,
-    metadata: Mapping[str, str] | None = None,
-) -> WriteReport:
-    """Write samples into a new detfmt dataset at ``path``, atomically.
-
-    Args:
-        samples: any iterable (a generator is fine) of mappings with ``image`` ((H, W, 3) uint8
-            array, encoded JPEG/PNG bytes, or a file path), ``boxes`` ((K, 4) xyxy in that image's
-            pixels), ``classes`` ((K,) ids into ``classes``), and optionally ``file_name``,
-            ``source_id``, per-box fields named in ``box_fields``, and ``orig_size`` /
-            ``scale_offset`` when the caller already resized the image.
-        path: the dataset directory to create.
-        classes: class names (or ClassInfo / {"name", "source_id"}) indexed by contiguous id.
-        codec: ``raw`` (fastest to read), ``zstd`` (lossless, smaller), ``jpeg`` or ``png``.
-        max_side: shrink images (aspect kept) so the long side is at most this; boxes follow.
-        fixed_size: letterbox every image into (height, width) (pad 114); with ``raw`` the
-            dataset gets a fixed shape and reads as one (N, H, W, 3) array.
-        clip: clip boxes that stick out of the image instead of refusing them.
-        box_fields: optional per-box fields, name -> dtype (uint8, int32 or float32).
-        overwrite: replace an existing detfmt dataset (atomically); never a non-dataset path.
-        workers: processes that decode, resize and encode (0: in this process).
-        progress: show a progress bar (default: when stderr is a terminal).
-        metadata: free-form string pairs stored in the header.
-
-    Raises:
-        InvalidSampleError: a sample is invalid (``index`` and ``rule`` say which and why).
-        TargetExistsError, TargetLockedError, TargetNotWritableError, WriteError.
-    """
-    started = time.perf_counter()
-    target = Path(os.path.abspath(os.fspath(path)))
-    class_infos = _class_infos(classes)
-    options = _options(class_infos, codec, max_side, fixed_size, clip, box_fields, jpeg_quality,
-                       zstd_level, exif_transpose)
-    meta = dict(metadata or {})
-    if not all(isinstance(k, str) and isinstance(v, str) for k, v in meta.items()):
-        raise errors.UsageError("metadata must map strings to strings")
-    if isinstance(samples, (str, bytes, os.PathLike)):
-        raise errors.UsageError("samples must be an iterable of samples, not a path")
-    if not isinstance(workers, int) or workers < 0:
-        raise errors.UsageError("workers must be a non-negative int")
-    try:
-        os.makedirs(target.parent, exist_ok=True)
-        lock = _io.lock_target(target)
-    except BlockingIOError as error:
-        raise errors.TargetLockedError("another writer is writing this target", path=target
-                                       ) from error
+        temp: Path | None = _io.make_temp_dir(target)
     except OSError as error:
-        raise _os_error(error, target, "cannot prepare the target") from error
-    temp: Path | None = None
-    builder: _DatasetBuilder | None = None
-    bar = None
+        raise _os_error(error, target, "cannot create the temporary directory") from error
+    builder = None
+    feed = None
     try:
-        exists = _check_target(target, overwrite)
         try:
-            temp = _io.make_temp_dir(target)
-        except OSError as error:
-            raise _os_error(error, target, "cannot create the temporary directory") from error
-        try:
-            builder = _DatasetBuilder(temp, options)
-            bar = _progress(progress, len(samples) if hasattr(samples, "__len__") else None)
-            for item in _prepared_stream(samples, options, workers):
-                builder.append(item)
-                if bar is not None:
-                    bar.update(1)
-            header = builder.finalize(class_infos, meta, max_side)
-            _validate_output(temp)
-            _io.fsync_dir(str(temp))
+            builder = DatasetBuilder(DirectorySink(str(temp)), options)
+            feed = _Feed(builder, options, _progress(progress, samples))
+            feed.run(prepared_stream(samples, Rules(options, len(class_infos)), workers))
+            header = builder.finalize(class_infos)
+            _validate_directory(temp)
             published = _identity(temp)
             try:
-                _publish(temp, target, exists)
+                _publish(temp, target, old_members)
             except OSError as error:
                 if isinstance(error, errors.DetfmtError) or _identity(target) != published:
                     raise
@@ -495,20 +377,89 @@ def write(
             builder.abandon()
         raise
     finally:
-        if bar is not None:
-            bar.close()
+        if feed is not None:
+            feed.close()
         if temp is not None:
             try:
                 _io.remove_tree(temp)
             except OSError:
                 warnings.warn(f"could not remove the temporary directory {temp}; "
-                              "`detfmt cleanup` removes it", stacklevel=2)
-        _io.unlock(lock)
-    total = sum(info.size for info in header.files.values())
-    return WriteReport(path=target, num_samples=header.num_samples, num_boxes=builder.num_boxes,
-                       max_boxes=header.max_boxes, codecs=dict(header.image.codecs),
-                       blob_bytes=header.files[spec.BLOB_FILE].size, total_bytes=total,
-                       clipped_boxes=builder.clipped, seconds=time.perf_counter() - started)
+                              "`detfmt cleanup` removes it", stacklevel=3)
+    return header, feed
+
+
+def _take_lock(target: Path) -> int:
+    try:
+        os.makedirs(target.parent, exist_ok=True)
+        return _io.lock_target(target)
+    except BlockingIOError as error:
+        raise errors.TargetLockedError(_locked_message(target), path=target) from error
+    except OSError as error:
+        raise _os_error(error, target, "cannot prepare the target") from error
+
+
+def _locked_message(target: Path) -> str:
+    holder = _io.lock_holder(target)
+    if holder is None:
+        return "another writer is writing this target"
+    pid, host = holder
+    if host == socket.gethostname() and not _alive(pid):
+        return (f"the target is locked; its last writer (pid {pid} on {host}) is gone, so a "
+                "process it started still holds the lock: end that process")
+    return f"another writer (pid {pid} on {host}) is writing this target"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _existing_members(target: Path, overwrite: bool) -> list[str] | None:
+    """None when the target is absent; else the names of the existing dataset's own files,
+    refusing what must not be replaced (no overwrite, not a dataset, foreign files)."""
+    if not os.path.lexists(target):
+        return None
+    if not overwrite:
+        raise errors.TargetExistsError("target exists; pass overwrite=True to replace it",
+                                       path=target)
+    refuse = "target exists and is not a detfmt dataset; refusing to replace it"
+    try:
+        if target.is_symlink() or not target.is_dir():
+            raise ValueError("not a directory")
+        fd = os.open(target / spec.HEADER_FILE, os.O_RDONLY | os.O_NOFOLLOW)
+        try:  # the one JSON profile (SPEC §5.6), as readers parse it
+            raw = _json.parse_json(os.read(fd, spec.MAX_HEADER_BYTES + 1),
+                                   path=str(target / spec.HEADER_FILE),
+                                   limit=spec.MAX_HEADER_BYTES, rule="HEADER_JSON")
+        finally:
+            os.close(fd)
+        listed = raw.get("files")
+        if raw.get("format") != spec.FORMAT_NAME or not isinstance(listed, dict):
+            raise ValueError("no detfmt header")
+        entries = os.listdir(target)
+    except (OSError, ValueError, AttributeError, errors.FormatError) as error:
+        raise errors.TargetExistsError(refuse, path=target) from error
+    members = {spec.HEADER_FILE, *(name for name in listed if isinstance(name, str))}
+    foreign = sorted(name for name in entries if name not in members or not
+                     (target / name).is_file() or (target / name).is_symlink())
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+        raise errors.TargetExistsError(
+            f"target holds {len(foreign)} entries that are not files of its dataset ({shown}); "
+            "overwrite replaces only a dataset's own files: move them away first", path=target)
+    return sorted(entries)
+
+
+def _os_error(error: OSError, target: Path, what: str) -> errors.WriteError:
+    code = error.errno
+    if code in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return errors.TargetNotWritableError(f"{what}: {error.strerror}", errno=code, path=target)
+    return errors.WriteError(f"{what}: {error.strerror or error}", errno=code, path=target)
 
 
 def _identity(path: Path) -> tuple[int, int] | None:
@@ -520,20 +471,38 @@ def _identity(path: Path) -> tuple[int, int] | None:
     return info.st_dev, info.st_ino
 
 
-def _validate_output(directory: Path) -> None:
+def _validate_directory(directory: Path) -> None:
     """Run the reader's checks on what was just written, before anyone can see it."""
     from detfmt.reader import Dataset
 
     dataset = Dataset(directory)
+    try:
+        _validate_dataset(dataset, directory)
+    finally:
+        dataset.close()
+
+
+def _validate_shard(path: Path) -> None:
+    from detfmt.members import PackedSource
+    from detfmt.reader import Dataset
+
+    dataset = Dataset(PackedSource(path))
+    try:
+        _validate_dataset(dataset, path)
+    finally:
+        dataset.close()
+
+
+def _validate_dataset(dataset: Any, path: Path) -> None:
     dataset.validate_index()
     for violation in dataset.iter_label_violations():
         error = violation.to_error()
         raise errors.WriteError(f"internal error, refusing to publish: {error}",
-                                rule="WRITE_FAILED", path=directory) from error
-    dataset.close()
+                                rule="WRITE_FAILED", path=path) from error
 
-def _publish(temp: Path, target: Path, exists: bool) -> None:
-    if not exists:
+
+def _publish(temp: Path, target: Path, old_members: list[str] | None) -> None:
+    if old_members is None:
         try:
             _io.publish_new(temp, target)
         except FileExistsError as error:
@@ -541,39 +510,20 @@ def _publish(temp: Path, target: Path, exists: bool) -> None:
                                            ) from error
         return
     if _io.publish_exchange(temp, target):
-        try:
-            _io.remove_tree(temp)  # temp now holds the old dataset
-        except OSError:
-            warnings.warn(f"the old dataset was replaced but {temp} could not be removed; "
-                          "`detfmt cleanup` removes it", stacklevel=3)
+        _remove_old(temp, old_members)  # temp now holds the old dataset
         return
     old = temp.with_name(temp.name + "-old")
     warnings.warn("this platform has no atomic directory exchange; replacing in two renames",
-                  stacklevel=3)
+                  stacklevel=4)
     _io.publish_replace(temp, target, old)
-    _io.remove_tree(old)
+    _remove_old(old, old_members)
 
 
-def cleanup(directory: str | os.PathLike[str]) -> list[Path]:
-    """Remove temporary directories left in ``directory`` by writers that died.
-
-    A temporary directory whose target is still locked by a live writer is kept. Returns the
-    removed paths.
-    """
-    removed = []
-    root = Path(directory)
-    for entry in sorted(root.glob(_io.TEMP_PREFIX + "*")):
-        name = entry.name[len(_io.TEMP_PREFIX):]
-        name = name.removesuffix("-old")  # the two-rename fallback parks the old dataset there
-        target_name = name.rsplit("-", 2)[0] if name.count("-") >= 2 else name
-        target = root / target_name
-        try:
-            lock = _io.lock_target(target)
-        except BlockingIOError:
-            continue
-        try:
-            _io.remove_tree(entry)
-            removed.append(entry)
-        finally:
-            _io.unlock(lock)
-    return removed
+def _remove_old(directory: Path, members: list[str]) -> None:
+    try:
+        gone = _io.remove_members(directory, members)
+    except OSError:
+        gone = False
+    if not gone:
+        warnings.warn(f"the old dataset was replaced but {directory} could not be removed; "
+                      "`detfmt cleanup` removes it", stacklevel=5)

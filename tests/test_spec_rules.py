@@ -242,8 +242,6 @@ def test_a_hostile_depth_is_a_typed_error() -> None:
         assert caught.value.rule == rule
 
 
-@pytest.mark.xfail(strict=True, reason="canonical shard layout (S-26): lands with the writer "
-                   "engineer's one-pass shard writer")
 def test_shard_writer_uses_the_canonical_layout(tmp_path) -> None:
     """S-26: images.bin first at 4096 k, the table of contents padded with spaces to T = 4096 k
     - 16, then the other members in byte-wise name order, each at align64 of the previous end."""

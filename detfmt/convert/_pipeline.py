@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from detfmt import _image
+from detfmt import _image, _processes
 from detfmt.convert.boxes import apply_box_policy
 from detfmt.convert.card import DatasetCard, card_metadata
 from detfmt.convert.codec import choose_codec
@@ -236,22 +236,20 @@ def _check_full(path: Path) -> _image.ImageInfo | InvalidSampleError:
     return _check_image(path, True)
 
 
-def _ignore_sigint() -> None:
-    """Pool workers leave Ctrl-C to the parent (which ends the pool): no traceback per worker."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
 def _check_pool(workers: int):
-    """A spawn pool whose workers ignore Ctrl-C from their first instruction: SIGINT is
-    ignored while they are started (an ignored signal stays ignored across exec, and Python
-    then installs no KeyboardInterrupt handler), and the initializer keeps it so."""
+    """A spawn pool whose workers ignore Ctrl-C from their first instruction and die with this
+    process: SIGINT is ignored while they are started (an ignored signal stays ignored across
+    exec, and Python then installs no KeyboardInterrupt handler), and the initializer keeps it
+    so and asks the kernel to kill the worker when its parent dies (no orphans)."""
     context = multiprocessing.get_context("spawn")
     try:
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     except ValueError:  # not the main thread: signals are not ours to change
-        return context.Pool(workers, initializer=_ignore_sigint)
+        return context.Pool(workers, initializer=_processes.die_with_parent,
+                            initargs=(os.getpid(),))
     try:
-        return context.Pool(workers, initializer=_ignore_sigint)
+        return context.Pool(workers, initializer=_processes.die_with_parent,
+                            initargs=(os.getpid(),))
     finally:
         signal.signal(signal.SIGINT, previous)
 

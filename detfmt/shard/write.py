@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -21,7 +20,6 @@ from typing import Any
 import msgspec
 
 from detfmt import errors
-from detfmt.reader import Dataset
 from detfmt.schema import Header
 from detfmt.shard.gc import gc
 from detfmt.shard.manifest import (
@@ -38,7 +36,6 @@ from detfmt.shard.manifest import (
     encode_manifest,
 )
 from detfmt.shard.names import SHARD_DIR, shard_path
-from detfmt.shard.pack import pack_directory
 from detfmt.shard.session import (
     begin_write,
     current_session,
@@ -46,7 +43,7 @@ from detfmt.shard.session import (
     ensure_session,
     remove_dead_leases,
 )
-from detfmt.storage import Digest, Storage, file_digest, open_storage, temp_name
+from detfmt.storage import Digest, Storage, open_storage, temp_name
 
 __all__ = [
     "DEFAULT_SHARD_BYTES",
@@ -102,40 +99,6 @@ def schema_of(header: Header, codec: str) -> Schema:
     )
 
 
-class _ShardBuild(msgspec.Struct, frozen=True, kw_only=True):
-    """A packed shard file built at a local path (what ``build_shard`` of the writer returns)."""
-
-    num_samples: int
-    max_boxes: int
-    bytes: int
-    xxh3_64: str
-    schema: Schema
-
-
-def _build_shard(samples: Iterable[Any], path: str, options: dict[str, Any]) -> _ShardBuild:
-    """Write ``samples`` as one complete packed shard file at ``path`` (not yet fsynced).
-
-    Today: a 1.0 dataset in a sibling temporary directory, then packed; the writer's
-    ``build_shard`` (one pass, each byte written once) replaces this function."""
-    from detfmt.writer import write  # the writer pulls in the image stack; keep it lazy
-
-    work = f"{path}.d"
-    try:
-        src = os.path.join(work, "ds")
-        os.mkdir(work)
-        write(samples, src, progress=False, **options)
-        with Dataset(src) as ds:
-            schema = schema_of(ds.header, options.get("codec", "raw"))
-            num, max_boxes = len(ds), ds.header.max_boxes
-        with open(path, "xb") as f:
-            pack_directory(src, f)
-        digest = file_digest(path)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    return _ShardBuild(num_samples=num, max_boxes=max_boxes, bytes=digest.size,
-                       xxh3_64=digest.xxh3_64, schema=schema)
-
-
 def write_shard(
     samples: Iterable[Any],
     root: str | os.PathLike[str],
@@ -150,16 +113,23 @@ def write_shard(
 
     ``samples``, ``classes``, ``codec`` and ``write_options`` are those of `detfmt.write`
     (``max_side``, ``fixed_size``, ``clip``, ``box_fields``, ``jpeg_quality``, ``zstd_level``,
-    ``metadata``). The shard is built as a complete file at a temporary path, then published
+    ``metadata``, ``workers``, ``progress``). The shard is streamed into one complete file at a
+    temporary path (`detfmt.writer.build_shard`: each byte written once), then published
     whole under its name (S-13): a rename on the same file system, one PUT on an object store.
     A retry with the same key and samples writes the same bytes (S-14) and is accepted; other
     bytes under a name the published manifest lists are refused (SHARD_PUBLISHED). Nothing is
     published until `commit`; until then the write's lease keeps `gc` away from the shard.
     """
+    from detfmt.options import WriteOptions
+    from detfmt.writer import build_shard  # the writer pulls in the image stack; keep it lazy
+
     rel = shard_path(key)
-    for bad in ("overwrite", "workers", "progress"):
-        if bad in write_options:
-            raise errors.UsageError(f"write_shard does not take {bad!r}")
+    if "overwrite" in write_options:
+        raise errors.UsageError("write_shard does not take 'overwrite' (published shards are "
+                                "never replaced, S-13)")
+    workers = write_options.pop("workers", 0)
+    progress = write_options.pop("progress", False)
+    options = WriteOptions.from_kwargs(codec=codec, **write_options)  # UsageError, before I/O
     storage = open_storage(root, storage_options)
     try:
         ensure_session(storage)
@@ -171,7 +141,8 @@ def write_shard(
                                 path=storage.where(SHARD_DIR), errno=error.errno) from error
     tmp = os.path.join(staging, temp_name(f"part-{key}.detfmt"))
     try:
-        built = _build_shard(samples, tmp, {"classes": classes, "codec": codec, **write_options})
+        built = build_shard(samples, tmp, classes=classes, options=options, workers=workers,
+                            progress=progress)
         publish_shard(storage, tmp, rel, Digest(built.bytes, built.xxh3_64))
     except errors.DetfmtError:
         raise  # already typed (WriteError is an OSError too)
@@ -182,7 +153,8 @@ def write_shard(
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
     return ShardMeta(key=key, path=rel, num_samples=built.num_samples, bytes=built.bytes,
-                     xxh3_64=built.xxh3_64, max_boxes=built.max_boxes, schema=built.schema)
+                     xxh3_64=built.xxh3_64, max_boxes=built.max_boxes,
+                     schema=schema_of(built.header, codec))
 
 
 def publish_shard(storage: Storage, local: str, rel: str, digest: Digest, *,

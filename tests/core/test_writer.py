@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import io
+import os
 import threading
+import warnings
 
 import numpy as np
 import pytest
@@ -231,3 +233,250 @@ def test_concurrent_writers_one_wins(tmp_path):
     ds = detfmt.open(tmp_path / "ds")
     np.testing.assert_array_equal(ds[7].image, expected[7]["image"])
     assert detfmt.verify(tmp_path / "ds").ok
+
+
+# ----------------------------------------------------------------------------- the Python API
+
+
+@pytest.mark.parametrize(
+    ("classes", "names"),
+    [
+        ({0: "cat", 1: "dog", 2: "zebra"}, CLASSES),
+        ({2: "zebra", 0: "cat", 1: "dog"}, CLASSES),  # ids, not insertion order
+        ({"cat": 0, "zebra": 2, "dog": 1}, CLASSES),
+        (np.array(CLASSES), CLASSES),
+        (np.array([b"cat", b"dog", b"zebra"]), CLASSES),
+        (tuple(CLASSES), CLASSES),
+        ([{"name": "cat", "source_id": 7}, "dog", "zebra"], CLASSES),
+    ],
+)
+def test_class_lists_users_pass_are_understood(tmp_path, classes, names):
+    detfmt.write(make_samples(3), tmp_path / "ds", classes=classes)
+    assert detfmt.open(tmp_path / "ds").class_names == names
+
+
+@pytest.mark.parametrize(
+    "classes",
+    ["catdog", b"catdog", 3, None, {1: "cat", 2: "dog"}, {0: "cat", 2: "dog"}, {"cat": "dog"},
+     np.array([[b"a"]]), np.array([1, 2]), [{"name": "a", "source_id": 1},
+                                            {"name": "b", "source_id": 1}],
+     [{"name": "a", "colour": "red"}], ["a", ""]],
+)
+def test_nonsense_classes_are_refused_before_any_sample(tmp_path, classes):
+    consumed = []
+
+    def samples():
+        consumed.append(1)
+        yield from make_samples(1)
+
+    with pytest.raises(detfmt.UsageError):
+        detfmt.write(samples(), tmp_path / "ds", classes=classes)
+    assert consumed == [], "classes must be checked before the first sample is read"
+    assert not (tmp_path / "ds").exists()
+
+
+def test_pil_images_are_accepted(tmp_path):
+    rgb = np.random.default_rng(1).integers(0, 256, (9, 13, 3), dtype=np.uint8)
+    gray = np.arange(117, dtype=np.uint8).reshape(9, 13)
+    palette = Image.fromarray(rgb).convert("P")
+    samples = [one(image=Image.fromarray(rgb), boxes=[(0, 0, 13, 9)]),
+               one(image=Image.fromarray(gray), boxes=[(0, 0, 13, 9)]),
+               one(image=palette, boxes=[(0, 0, 13, 9)])]
+    detfmt.write(samples, tmp_path / "ds", classes=CLASSES)
+    ds = detfmt.open(tmp_path / "ds")
+    np.testing.assert_array_equal(ds[0].image, rgb)
+    np.testing.assert_array_equal(ds[1].image[..., 1], gray)
+    np.testing.assert_array_equal(ds[2].image, np.asarray(palette.convert("RGB")))
+
+
+def test_normalised_looking_boxes_warn(tmp_path):
+    normalised = [one(image=np.zeros((64, 80, 3), np.uint8), boxes=[(0.1, 0.2, 0.5, 0.9)])
+                  for _ in range(3)]
+    with pytest.warns(detfmt.errors.NormalizedBoxesWarning, match="normalised"):
+        detfmt.write(normalised, tmp_path / "a", classes=CLASSES)
+    pixels = [one(image=np.zeros((64, 80, 3), np.uint8), boxes=[(0.1, 0.2, 0.5, 0.9)]),
+              one(image=np.zeros((64, 80, 3), np.uint8), boxes=[(10, 2, 50, 60)])]
+    tiny = [one(image=np.zeros((2, 2, 3), np.uint8), boxes=[(0, 0, 1, 1)])]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", detfmt.errors.NormalizedBoxesWarning)
+        detfmt.write(pixels, tmp_path / "b", classes=CLASSES)
+        detfmt.write(tiny, tmp_path / "c", classes=CLASSES)
+
+
+def test_on_error_skip_leaves_out_and_counts(tmp_path):
+    samples = make_samples(6, seed=4)
+    samples[1] = one(boxes=[(1, 1, float("nan"), 5)])
+    samples[4] = one(classes=[7])
+    with pytest.warns(UserWarning, match="skipped 2 invalid samples"):
+        report = detfmt.write(samples, tmp_path / "ds", classes=CLASSES, on_error="skip")
+    assert report.num_samples == 4 and report.skipped == 2
+    assert report.skipped_rules == {"BOX_INVALID": 1, "CLASS_RANGE": 1}
+    assert len(report.skipped_examples) == 2 and "sample 1" in report.skipped_examples[0]
+    ds = detfmt.open(tmp_path / "ds")
+    kept = [samples[i] for i in (0, 2, 3, 5)]
+    for i, sample in enumerate(kept):
+        np.testing.assert_array_equal(ds[i].image, sample["image"])
+    with pytest.raises(detfmt.UsageError, match="on_error"):
+        detfmt.write(samples, tmp_path / "x", classes=CLASSES, on_error="ignore")
+
+
+def test_write_report_repr_is_short(tmp_path):
+    report = detfmt.write(make_samples(4), tmp_path / "ds", classes=CLASSES)
+    text = repr(report)
+    assert text.startswith("WriteReport(") and "4 samples" in text and len(text) < 160
+
+
+def test_write_options_one_validation(tmp_path):
+    from detfmt.options import WriteOptions
+
+    options = WriteOptions(codec="zstd", fixed_size=16, box_fields={"iscrowd": "uint8"})
+    assert options.fixed_size == (16, 16) and options.box_fields == (("iscrowd", "|u1"),)
+    report = detfmt.write(make_samples(3, fields=True), tmp_path / "ds", classes=CLASSES,
+                          options=options)
+    assert report.codecs == {"zstd": 3}
+    with pytest.raises(detfmt.UsageError, match="max_side"):
+        WriteOptions.from_kwargs(max_sides=3)  # a typo names the option it meant
+    with pytest.raises(detfmt.UsageError, match="either"):
+        detfmt.write([], tmp_path / "x", classes=CLASSES, options=options, codec="raw")
+    for bad in ({"zstd_level": 40}, {"jpeg_quality": True}, {"clip": "yes"},
+                {"metadata": {"k": "v" * 70000}}, {"box_fields": {"image": "uint8"}}):
+        with pytest.raises(detfmt.UsageError):
+            WriteOptions(**bad)
+
+
+def test_header_limit_is_checked_before_any_sample(tmp_path):
+    consumed = []
+
+    def samples():
+        consumed.append(1)
+        yield from make_samples(1)
+
+    many = [f"class-{i:05d}-" + "x" * 200 for i in range(6000)]  # ~1.4 MB of names
+    with pytest.raises(detfmt.UsageError, match="header"):
+        detfmt.write(samples(), tmp_path / "ds", classes=many)
+    assert consumed == []
+
+
+# ----------------------------------------------------------------------------- shards
+
+
+def test_build_shard_equals_packing_the_directory(tmp_path):
+    """The streaming shard builder writes exactly the canonical packing of what `write` writes:
+    images first at a page boundary, the other members sorted, the TOC padded with spaces."""
+    from detfmt.members import PackedSource
+    from detfmt.shard.pack import pack_directory
+    from detfmt.writer import build_shard
+
+    samples = make_samples(25, seed=9, fields=True)
+    options = {"codec": "zstd", "box_fields": {"iscrowd": "uint8"}}
+    built = build_shard(samples, tmp_path / "a.detfmt", classes=CLASSES, **options)
+    detfmt.write(samples, tmp_path / "ds", classes=CLASSES, **options)
+    packed = io.BytesIO()
+    pack_directory(tmp_path / "ds", packed)
+    data = (tmp_path / "a.detfmt").read_bytes()
+    assert data == packed.getvalue()
+    members = sorted(PackedSource(tmp_path / "a.detfmt").entries.values(), key=lambda m: m.offset)
+    names = [m.name for m in members]
+    assert names[0] == "images.bin" and names[1:] == sorted(names[1:])
+    assert members[0].offset % 4096 == 0
+    assert data[16 : members[0].offset].rstrip(b" ").endswith(b"}")
+    assert (built.num_samples, built.bytes) == (25, len(data))
+    import xxhash
+
+    assert built.xxh3_64 == xxhash.xxh3_64_hexdigest(data)
+    assert built.header.num_samples == 25 and built.max_boxes == built.header.max_boxes
+    build_shard(samples, tmp_path / "b.detfmt", classes=CLASSES, **options)
+    assert (tmp_path / "b.detfmt").read_bytes() == data  # S-14
+
+
+def test_build_shard_failure_leaves_no_file(tmp_path):
+    from detfmt.writer import build_shard
+
+    samples = make_samples(5)
+    samples[3] = one(boxes=[(1, 1, float("nan"), 5)])
+    with pytest.raises(detfmt.InvalidSampleError) as caught:
+        build_shard(samples, tmp_path / "s.detfmt", classes=CLASSES)
+    assert caught.value.index == 3
+    assert os.listdir(tmp_path) == []
+    (tmp_path / "taken.detfmt").write_bytes(b"mine")
+    with pytest.raises(detfmt.TargetExistsError):
+        build_shard(make_samples(2), tmp_path / "taken.detfmt", classes=CLASSES)
+    assert (tmp_path / "taken.detfmt").read_bytes() == b"mine"
+
+
+def test_workers_get_only_samples_that_need_decoding(tmp_path, monkeypatch):
+    """Arrays already at their stored size are written by the writer itself (pickling them to
+    a worker and back only costs); encoded inputs go to workers; the order and the bytes are
+    those of a serial write, even when the caller reuses its array buffer between samples."""
+    from detfmt import _processes
+
+    started = []
+    real_pool = _processes.process_pool
+
+    def recording_pool(*args, **kwargs):
+        started.append(args)
+        return real_pool(*args, **kwargs)
+
+    monkeypatch.setattr(_processes, "process_pool", recording_pool)
+    detfmt.write(make_samples(6), tmp_path / "arrays", classes=CLASSES, workers=2)
+    assert started == [], "raw arrays at their size were shipped to worker processes"
+
+    rng = np.random.default_rng(3)
+    pngs = []
+    for _ in range(4):
+        buffer = io.BytesIO()
+        Image.fromarray(rng.integers(0, 256, (12, 9, 3), dtype=np.uint8)).save(buffer, "PNG")
+        pngs.append(buffer.getvalue())
+    reused = np.zeros((7, 5, 3), np.uint8)
+
+    def mixed():
+        for i in range(12):
+            if i % 3 == 0:
+                yield one(image=pngs[i // 3], boxes=[(0, 0, 9, 12)])
+            else:
+                reused[...] = i  # the caller fills one buffer for every sample
+                yield one(image=reused, boxes=[(0, 0, 5, 7)])
+
+    detfmt.write(mixed(), tmp_path / "serial", classes=CLASSES)
+    detfmt.write(mixed(), tmp_path / "parallel", classes=CLASSES, workers=2)
+    assert started, "encoded inputs should go to workers"
+    serial, parallel = detfmt.open(tmp_path / "serial"), detfmt.open(tmp_path / "parallel")
+    for name in serial.header.files:
+        assert (tmp_path / "serial" / name).read_bytes() == (tmp_path / "parallel" / name
+                                                            ).read_bytes(), name
+    assert (parallel[4].image == 4).all() and (parallel[11].image == 11).all()
+
+
+def test_spilled_spools_and_small_chunks_give_the_same_bytes(tmp_path, monkeypatch):
+    """The bounded-memory paths (labels moved to scratch files, padded arrays written a few
+    rows at a time, blocks flushed often) write exactly what the in-memory path writes."""
+    from detfmt import _builder
+
+    samples = make_samples(300, seed=11, max_boxes=9, fields=True)
+    options = {"box_fields": {"iscrowd": "uint8"}, "codec": "zstd"}
+    detfmt.write(samples, tmp_path / "memory", classes=CLASSES, **options)
+    monkeypatch.setattr(_builder, "SPOOL_MEMORY", 1000)
+    monkeypatch.setattr(_builder, "CHUNK_BYTES", 700)
+    monkeypatch.setattr(_builder, "BLOCK", 7)
+    detfmt.write(samples, tmp_path / "spilled", classes=CLASSES, **options)
+    names = detfmt.open(tmp_path / "memory").header.files
+    for name in [*names, "header.json"]:
+        assert (tmp_path / "memory" / name).read_bytes() == (tmp_path / "spilled" / name
+                                                            ).read_bytes(), name
+
+
+def test_a_worker_that_dies_is_a_typed_error(tmp_path, monkeypatch):
+    """A worker killed mid-sample (the OOM killer) fails the write with a WriteError, leaves
+    nothing behind and does not hang."""
+    from detfmt import _image
+
+    def die(*args, **kwargs):
+        os._exit(9)
+
+    monkeypatch.setattr(_image, "load_rgb", die)  # the forked workers inherit it
+    buffer = io.BytesIO()
+    Image.fromarray(np.zeros((4, 4, 3), np.uint8)).save(buffer, "PNG")
+    samples = [one(image=buffer.getvalue(), boxes=[(0, 0, 4, 4)]) for _ in range(5)]
+    with pytest.raises(detfmt.WriteError, match="worker process died"):
+        detfmt.write(samples, tmp_path / "ds", classes=CLASSES, workers=2)
+    assert sorted(os.listdir(tmp_path)) == [".ds.detfmt-lock"]

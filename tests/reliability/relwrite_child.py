@@ -64,8 +64,38 @@ def readonly_checks(mountpoint: str) -> dict[str, Any]:
     return result
 
 
+def slow_write(target: str, workers: int, marker: str, count: int = 2000) -> None:
+    """A write that takes a while, with worker processes (PNG inputs need decoding): touches
+    ``marker`` once samples are flowing, so a test can signal it in the middle of the write."""
+    import io
+    import time
+    from pathlib import Path
+
+    import numpy as np
+    from PIL import Image
+
+    import detfmt
+
+    buffer = io.BytesIO()
+    Image.fromarray(np.full((24, 24, 3), 7, np.uint8)).save(buffer, format="PNG")
+    png = buffer.getvalue()
+
+    def samples() -> Any:
+        for i in range(count):
+            if i == 40:
+                Path(marker).touch()
+            time.sleep(0.005)
+            yield {"image": png, "boxes": np.zeros((0, 4)), "classes": np.zeros(0, np.int32)}
+
+    detfmt.write(samples(), target, classes=relharness.CLASSES, workers=workers,
+                 codec="zstd", progress=False)
+
+
 if __name__ == "__main__":
     import json
     import sys
 
-    print(json.dumps(readonly_checks(sys.argv[1])))
+    if sys.argv[1] == "slow-write":
+        slow_write(sys.argv[2], int(sys.argv[3]), sys.argv[4])
+    else:
+        print(json.dumps(readonly_checks(sys.argv[1])))

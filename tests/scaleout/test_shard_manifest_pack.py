@@ -142,7 +142,8 @@ def test_pack_layout(tmp_path):
     data = buf.getvalue()
     assert data[:8] == MAGIC
     names = [m.name for m in toc.members]
-    assert names == ["header.json", "boxes.npy", "counts.npy", "images.bin"]
+    assert names == ["images.bin", "boxes.npy", "counts.npy", "header.json"]  # canonical order
+    assert toc.members[0].offset % 4096 == 0  # the images start page aligned
     for m in toc.members:
         assert m.offset % 64 == 0
         assert data[m.offset : m.offset + m.size] == (d / m.name).read_bytes()
