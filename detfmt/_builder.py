@@ -150,6 +150,7 @@ class DatasetBuilder:
         self.n = 0
         self.max_boxes = 0
         self.num_boxes = 0
+        self.ragged = False  # decided at finalize, from N, M and T (WriteOptions.labels)
         self.clipped = 0
         self.codec_counts = [0] * len(spec.CODEC_IDS)
         self.shape: tuple[int, int] | None = None
@@ -233,7 +234,9 @@ class DatasetBuilder:
         self._flush_block()
         self.blob.finish()
         n, m = self.n, self.max_boxes
-        arrays = _members.array_specs(n, m, self.options.box_fields)
+        self.ragged = self.options.ragged(n, m, self.num_boxes)
+        total = self.num_boxes if self.ragged else None
+        arrays = _members.array_specs(n, m, self.options.box_fields, num_boxes=total)
         sizes = {spec.BLOB_FILE: self.blob.size, _members.NAMES_FILE: self.names.size}
         sizes.update((a.name, a.size) for a in arrays)
         draft = self._header(classes, arrays, _members.placeholder_files(sizes))
@@ -247,6 +250,8 @@ class DatasetBuilder:
                   (self.classes, 1, spec.CLASS_PADDING)}
         for spool, (name, _) in zip(self.fields, self.options.box_fields, strict=True):
             padded[spec.box_field_file(name)] = (spool, 1, 0)
+        if self.ragged:  # the spools hold the valid boxes back to back: the ragged arrays
+            flat.update((name, spool) for name, (spool, _, _) in padded.items())
         for array in arrays:
             out = sink.member(array.name)
             out.write(array.npy_header)
@@ -280,7 +285,8 @@ class DatasetBuilder:
         codecs = {spec.CODEC_NAMES[i]: c for i, c in enumerate(self.codec_counts) if c}
         return _members.build_header(classes=classes, options=self.options, n=self.n,
                                      m=self.max_boxes, codecs=codecs, fixed_shape=fixed,
-                                     files=files, arrays=arrays)
+                                     files=files, arrays=arrays,
+                                     num_boxes=self.num_boxes if self.ragged else None)
 
     def _write_padded(self, out: _io.OutputFile, spool: _Spool, dtype: np.dtype, width: int,
                       fill: int) -> None:

@@ -69,14 +69,17 @@ class ArraySpec(msgspec.Struct, frozen=True):
                          shape=list(self.shape))
 
 
-def array_specs(n: int, m: int, box_fields: Sequence[tuple[str, str]]) -> list[ArraySpec]:
-    """Every .npy member of a dataset with N samples, M box slots and these per-box fields."""
+def array_specs(n: int, m: int, box_fields: Sequence[tuple[str, str]],
+                num_boxes: int | None = None) -> list[ArraySpec]:
+    """Every .npy member of a dataset with N samples, M box slots and these per-box fields;
+    with ``num_boxes`` (T), the labels in the ragged layout (SPEC §10.2)."""
+    slots: tuple[int, ...] = (n, m) if num_boxes is None else (num_boxes,)
     arrays = [
         ArraySpec(spec.INDEX_FILE, spec.INDEX_DTYPE, (n,)),
         ArraySpec(spec.COUNTS_FILE, np.dtype("<i4"), (n,)),
-        ArraySpec(spec.BOXES_FILE, np.dtype("<f4"), (n, m, 4)),
-        ArraySpec(spec.CLASSES_FILE, np.dtype("<i4"), (n, m)),
-        *(ArraySpec(spec.box_field_file(name), np.dtype(descr), (n, m))
+        ArraySpec(spec.BOXES_FILE, np.dtype("<f4"), (*slots, 4)),
+        ArraySpec(spec.CLASSES_FILE, np.dtype("<i4"), slots),
+        *(ArraySpec(spec.box_field_file(name), np.dtype(descr), slots)
           for name, descr in box_fields),
         ArraySpec("orig_size.npy", np.dtype("<u4"), (n, 2)),
         ArraySpec("scale_offset.npy", np.dtype("<f8"), (n, 4)),
@@ -94,9 +97,17 @@ def member_names(box_fields: Sequence[tuple[str, str]]) -> list[str]:
 
 def build_header(*, classes: Sequence[ClassInfo], options: HeaderOptions, n: int, m: int,
                  codecs: Mapping[str, int], fixed_shape: tuple[int, int, int] | None,
-                 files: Mapping[str, FileInfo], arrays: Sequence[ArraySpec]) -> Header:
+                 files: Mapping[str, FileInfo], arrays: Sequence[ArraySpec],
+                 num_boxes: int | None = None) -> Header:
+    """The header; with ``num_boxes`` (T) one of ragged labels: version 1.2, the required
+    feature ragged_labels and ``num_boxes`` (W-1, W-19)."""
+    ragged = num_boxes is not None
     return Header(
-        format=spec.FORMAT_NAME, version=spec.FORMAT_VERSION, num_samples=n, max_boxes=m,
+        format=spec.FORMAT_NAME,
+        version=spec.FORMAT_VERSION_RAGGED if ragged else spec.FORMAT_VERSION,
+        required_features=[spec.RAGGED_FEATURE] if ragged else [],
+        num_boxes=num_boxes,
+        num_samples=n, max_boxes=m,
         classes=list(classes),
         image=ImageInfo(fixed_shape=fixed_shape, max_side=options.max_side, codecs=dict(codecs)),
         files=dict(sorted(files.items())),
@@ -109,7 +120,10 @@ def build_header(*, classes: Sequence[ClassInfo], options: HeaderOptions, n: int
 
 
 def encode_header(header: Header) -> bytes:
-    return json.dumps(msgspec.to_builtins(header), indent=2, ensure_ascii=False,
+    members = msgspec.to_builtins(header)
+    if members.get("num_boxes") is None:  # only ragged labels have it (SPEC §10.2)
+        members.pop("num_boxes", None)
+    return json.dumps(members, indent=2, ensure_ascii=False,
                       sort_keys=False).encode("utf-8") + b"\n"
 
 

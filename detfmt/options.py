@@ -20,14 +20,15 @@ from typing import Any, Literal
 import msgspec
 import numpy as np
 
-from detfmt import _members, spec, validate
+from detfmt import _members, spec
 from detfmt.errors import UsageError
 from detfmt.schema import ClassInfo, Header
 
-__all__ = ["Codec", "OnError", "WriteOptions", "check_header_budget", "normalize_classes"]
+__all__ = ["Codec", "Labels", "OnError", "WriteOptions", "check_header_budget", "normalize_classes"]
 
 Codec = Literal["raw", "zstd", "jpeg", "png"]
 OnError = Literal["error", "skip"]
+Labels = Literal["auto", "padded", "ragged"]
 
 #: names a per-box field may not take: the sample keys the writer already gives a meaning
 RESERVED_FIELD_NAMES = frozenset({"image", "boxes", "classes", *spec.IMAGE_FIELDS})
@@ -53,6 +54,10 @@ class WriteOptions:
         metadata: free-form string pairs stored in the header.
         on_error: ``"error"`` stops at the first invalid sample; ``"skip"`` leaves it out and
             counts it in the report.
+        labels: the label layout (SPEC §10): ``"padded"`` (N, M) arrays, readable by every 1.x
+            reader; ``"ragged"`` the valid boxes back to back (format 1.2, feature
+            ragged_labels); ``"auto"`` ragged when padding would take more than twice the bytes
+            of the valid boxes (one crowded image among sparse ones), padded otherwise (W-19).
     """
 
     codec: Codec = "raw"
@@ -65,6 +70,7 @@ class WriteOptions:
     exif_transpose: bool = True
     metadata: Mapping[str, str] = dataclasses.field(default_factory=dict)
     on_error: OnError = "error"
+    labels: Labels = "auto"
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalise once, here
@@ -101,12 +107,20 @@ class WriteOptions:
             raise UsageError(f"zstd_level must be an int in 1..22, got {self.zstd_level!r}")
         if self.on_error not in ("error", "skip"):
             raise UsageError(f"on_error must be 'error' or 'skip', got {self.on_error!r}")
+        if self.labels not in ("auto", "padded", "ragged"):
+            raise UsageError(f"labels must be 'auto', 'padded' or 'ragged', got {self.labels!r}")
         names = [name for name, _ in self.box_fields]
         if len(set(names)) != len(names):
             raise UsageError(f"box field names must be unique, got {names}")
         for name, descr in self.box_fields:
             _check_field(name, descr)
         _check_metadata(self.metadata)
+
+    def ragged(self, num_samples: int, max_boxes: int, num_boxes: int) -> bool:
+        """Whether labels of these sizes are written in the ragged layout (W-19)."""
+        if self.labels == "auto":
+            return num_samples * max_boxes - num_boxes > 2 * num_boxes
+        return self.labels == "ragged"
 
     def check_classes(self, classes: Any) -> list[ClassInfo]:
         """Normalise ``classes`` and check that the header these classes, box fields and
@@ -135,26 +149,30 @@ def check_header_budget(classes: list[ClassInfo], options: WriteOptions) -> int:
     nothing learned from the samples can push the real header over the limit.
     """
     n, m = spec.MAX_SAMPLES, spec.MAX_BOXES
-    arrays = _members.array_specs(n, m, options.box_fields)
+    totals = [None] if options.labels == "padded" else [spec.MAX_TOTAL_BOXES]
+    if options.labels == "auto":
+        totals.append(None)
     files = {name: _members.MAX_NUMBER for name in _members.member_names(options.box_fields)
              if name != spec.HEADER_FILE}
     fixed = (spec.MAX_SIDE, spec.MAX_SIDE, spec.CHANNELS) if options.codec == "raw" else None
-    header = _members.build_header(classes=classes, options=options, n=n, m=m,
-                                   codecs={options.codec: n}, fixed_shape=fixed,
-                                   files=_members.placeholder_files(files), arrays=arrays)
-    try:  # the reader's own schema and cross-field checks, on the worst-case header
-        msgspec.convert(msgspec.to_builtins(header), Header)
-    except msgspec.ValidationError as error:
-        raise UsageError(f"the header would be invalid: {error}") from error
-    for violation in validate.check_header(header, "header.json"):
-        raise UsageError(f"the header would be invalid: {violation.message}",
-                         rule=violation.rule)
-    size = len(_members.encode_header(header))
+    size = 0
+    for total in totals:  # each layout the options allow
+        arrays = _members.array_specs(n, m, options.box_fields, num_boxes=total)
+        header = _members.build_header(classes=classes, options=options, n=n, m=m,
+                                       codecs={options.codec: n}, fixed_shape=fixed,
+                                       files=_members.placeholder_files(files), arrays=arrays,
+                                       num_boxes=total)
+        size = max(size, _checked_size(header))
     if size > spec.MAX_HEADER_BYTES:
         raise UsageError(f"the header could take {size} bytes, over the reader's "
                          f"{spec.MAX_HEADER_BYTES}-byte limit: too many classes or too much "
                          "metadata")
     return size
+
+
+def _checked_size(header: Header) -> int:
+    """The encoded size of a header the reader accepts (else a UsageError)."""
+    return len(_members.encode_header(header))
 
 
 # --------------------------------------------------------------------------- classes

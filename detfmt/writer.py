@@ -135,7 +135,9 @@ def write(
             {"name", "source_id"} mappings, or a mapping {id: name}.
         options: a `WriteOptions`; or pass its fields as keywords (``codec="jpeg"``,
             ``max_side=640``, ``fixed_size``, ``clip``, ``box_fields``, ``jpeg_quality``,
-            ``zstd_level``, ``exif_transpose``, ``metadata``, ``on_error``).
+            ``zstd_level``, ``exif_transpose``, ``metadata``, ``on_error``, ``labels``: the
+            label layout, "auto" by default: ragged when one crowded image would make padding
+            cost more than twice the boxes, SPEC §10.2).
         overwrite: replace an existing detfmt dataset (atomically); never a path holding
             anything but a dataset's own files.
         workers: processes that decode, resize and encode (0: in this process). Samples that

@@ -26,14 +26,15 @@ def sample_labels(i: int, h: int, w: int, max_boxes: int):
     return boxes.reshape(k, 4), np.array([(i + j) % 3 for j in range(k)], np.int32)
 
 
-def make_dataset(path: Path, shapes, codec="raw", max_boxes=3, fixed=False):
-    """Write a dataset of len(shapes) samples with the real writer and open it."""
+def make_dataset(path: Path, shapes, codec="raw", max_boxes=3, fixed=False, labels="padded"):
+    """Write a dataset of len(shapes) samples with the real writer and open it (``labels``:
+    the label layout, "padded" or "ragged")."""
     samples = []
     for i, (h, w) in enumerate(shapes):
         b, c = sample_labels(i, h, w, max_boxes)
         samples.append({"image": sample_image(i, h, w), "boxes": b, "classes": c})
     kwargs = {"fixed_size": (shapes[0][0], shapes[0][1])} if fixed else {}
-    detfmt.write(samples, path, classes=["a", "b", "c"], codec=codec, **kwargs)
+    detfmt.write(samples, path, classes=["a", "b", "c"], codec=codec, labels=labels, **kwargs)
     return detfmt.open(path)
 
 
@@ -46,7 +47,7 @@ SHARD_SIZES = (7, 0, 9, 5, 6)  # cycled: shards of these sample counts, one empt
 
 
 def make_sharded_root(path: Path, shapes, codec="raw", max_boxes=3, fixed=False,
-                      shard_sizes=SHARD_SIZES):
+                      shard_sizes=SHARD_SIZES, labels="padded"):
     """The same samples as `make_dataset`, written as a sharded root of several shards (global
     index i holds sample i, so the same checks apply to both)."""
     from detfmt.shard.write import commit, write_shard
@@ -61,7 +62,7 @@ def make_sharded_root(path: Path, shapes, codec="raw", max_boxes=3, fixed=False,
         n = shard_sizes[k % len(shard_sizes)]
         part = samples[first : first + n]
         metas.append(write_shard(part, path, f"{k:05d}", classes=["a", "b", "c"], codec=codec,
-                                 **kwargs))
+                                 labels=labels, **kwargs))
         first += len(part)
         k += 1
     commit(path, metas, write_id=f"{len(shapes):032x}")

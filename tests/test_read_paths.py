@@ -1,11 +1,11 @@
 """No read path returns an unchecked label, whatever the kind of dataset.
 
 Every read path (``ds[i]``, ``ds.batch``, ``ds.labels``, the torch Loader with each io mode, the
-DataLoader path and the worker ring) x {1.0 directory, local sharded root, remote sharded root}
-x {a class id out of range, a NaN box, a count above M}: each raises the typed error SPEC.md
-names, never returns data. A sharded root's corrupted shard gets a matching manifest checksum,
-as an attacker who can write the root would make it, so the label checks themselves are tested
-(not the download's checksum).
+DataLoader path and the worker ring) x {1.0 directory, local sharded root, remote sharded root,
+each local kind with ragged labels} x {a class id out of range, a NaN box, a count above M}:
+each raises the typed error SPEC.md names, never returns data. A sharded root's corrupted shard
+gets a matching manifest checksum, as an attacker who can write the root would make it, so the
+label checks themselves are tested (not the download's checksum).
 """
 
 from __future__ import annotations
@@ -47,12 +47,15 @@ def corrupt(ds, corruption: str) -> None:
     """Break one label of sample VICTIM in place, in its directory or shard file."""
     part, j = part_of(ds, VICTIM)
     assert int(part.counts[j]) >= 1
+    # the victim's first box: slot 0 of its row, or in the ragged layout (SPEC §10.2) row
+    # K_0 + ... + K_(j-1) of the flat arrays
+    row = int(np.asarray(part.counts[:j], np.int64).sum()) if part.ragged else j
     if corruption == "class_range":
         array, value = part.classes, np.int32(part.header.num_classes + 4).tobytes()
-        member, offset = part.members["classes.npy"], array[j : j + 1].ctypes.data
+        member, offset = part.members["classes.npy"], array[row : row + 1].ctypes.data
     elif corruption == "nan_box":
         array, value = part.boxes, np.float32("nan").tobytes()
-        member, offset = part.members["boxes.npy"], array[j : j + 1].ctypes.data
+        member, offset = part.members["boxes.npy"], array[row : row + 1].ctypes.data
     else:
         array, value = part.counts, np.int32(part.max_boxes + 1).tobytes()
         member, offset = part.members["counts.npy"], array[j : j + 1].ctypes.data
@@ -71,16 +74,18 @@ def reseal(root: Path) -> None:
 @contextlib.contextmanager
 def dataset(kind: str, corruption: str, tmp: Path) -> Iterator[Callable[[], object]]:
     """Yields an opener of the corrupted dataset of ``kind``."""
-    if kind == "dir":
-        ds = make_dataset(tmp / "ds", SHAPES)
+    labels = "ragged" if kind.endswith("ragged") else "padded"
+    if kind.startswith("dir"):
+        ds = make_dataset(tmp / "ds", SHAPES, labels=labels)
+        assert ds.ragged == (labels == "ragged")
         corrupt(ds, corruption)
         yield lambda: detfmt.open(tmp / "ds")
         return
-    ds = make_sharded_root(tmp / "root", SHAPES, shard_sizes=(5, 7, 12))
+    ds = make_sharded_root(tmp / "root", SHAPES, shard_sizes=(5, 7, 12), labels=labels)
     corrupt(ds, corruption)
     ds.close()
     reseal(tmp / "root")
-    if kind == "sharded":
+    if kind.startswith("sharded"):
         yield lambda: detfmt.open(tmp / "root")
         return
     from tests.scaleout.scaleout_servers import http_range_server
@@ -111,7 +116,7 @@ READ_PATHS: dict[str, Callable[[object], object]] = {
 
 
 @pytest.mark.parametrize("corruption", CORRUPTIONS)
-@pytest.mark.parametrize("kind", ["dir", "sharded", "remote"])
+@pytest.mark.parametrize("kind", ["dir", "sharded", "remote", "dir-ragged", "sharded-ragged"])
 def test_every_read_path_refuses_a_broken_label(tmp_path, kind, corruption):
     rule, error_class = CORRUPTIONS[corruption]
     with dataset(kind, corruption, tmp_path) as opener:

@@ -31,13 +31,13 @@ from detfmt.errors import SchemaMismatchError, ShardChecksumError
 from detfmt.reader import Dataset
 from detfmt.schema import Header
 from detfmt.shard.manifest import (
-    FORMAT_VERSION,
     MANIFEST_NAME,
     MAX_MANIFEST_BYTES,
     Manifest,
     Schema,
     ShardInfo,
     decode_manifest,
+    manifest_identity,
 )
 from detfmt.shard.names import SHARD_DIR, shard_path
 from detfmt.shard.pack import pack_directory
@@ -103,8 +103,11 @@ def append(
                 [(a.info.path, a.info.key, a.info.num_samples, a.info.bytes, a.info.xxh3_64,
                   a.info.max_boxes) for a in added],
                 first=old.num_samples if old else 0)
+            version, features = manifest_identity(
+                [*(old.required_features if old else []),
+                 *(f for entry in added for f in entry.features)])
             manifest = Manifest(
-                format="detfmt", version=FORMAT_VERSION, required_features=["sharded"],
+                format="detfmt", version=version, required_features=features,
                 write_id=write_id, num_samples=sum(s.num_samples for s in shards),
                 schema=schema, shards=shards, writer=writer_name(),
                 metadata={**(old.metadata if old else {}), **dict(metadata or {})})
@@ -120,6 +123,7 @@ def append(
 class _Added(msgspec.Struct, frozen=True):
     info: ShardInfo
     schema: Schema
+    features: tuple[str, ...] = ()  # what the shard's header requires (ragged_labels)
 
 
 def _add_source(storage: Storage, source: str | os.PathLike[str], schema: Schema | None,
@@ -164,7 +168,7 @@ def _add_directory(storage: Storage, source: str, schema: Schema | None, prefix:
             os.unlink(tmp)
     info = ShardInfo(path=rel, key=key, num_samples=header.num_samples, first_index=0,
                      bytes=digest.size, xxh3_64=digest.xxh3_64, max_boxes=header.max_boxes)
-    added.append(_Added(info, src_schema))
+    added.append(_Added(info, src_schema, tuple(header.required_features)))
 
 
 def _add_sharded(storage: Storage, src: Storage, schema: Schema | None, prefix: str,
@@ -189,7 +193,7 @@ def _add_sharded(storage: Storage, src: Storage, schema: Schema | None, prefix: 
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
         info = msgspec.structs.replace(shard, path=rel, key=key, first_index=0)
-        added.append(_Added(info, manifest.schema))
+        added.append(_Added(info, manifest.schema, tuple(manifest.required_features)))
 
 
 def _writer_entry(entry: StoredEntry) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+from collections.abc import Iterable
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -39,6 +40,7 @@ __all__ = [
     "check_root_layout",
     "decode_manifest",
     "encode_manifest",
+    "manifest_identity",
     "publish_manifest",
     "read_manifest",
     "read_manifest_bytes",
@@ -105,6 +107,15 @@ class Manifest(_Strict):
     extensions: dict[str, Any] = {}
     writer: str = ""
     metadata: dict[str, str] = {}
+
+
+def manifest_identity(shard_features: Iterable[str]) -> tuple[str, list[str]]:
+    """``version`` and ``required_features`` of a manifest whose shards' headers require
+    ``shard_features``: "sharded" plus each of them, version 1.2 as soon as a shard uses ragged
+    labels, 1.1 otherwise (S-rules of SPEC §19, W-1)."""
+    extra = sorted(set(shard_features) - {spec.SHARDED_FEATURE})
+    version = spec.FORMAT_VERSION_RAGGED if spec.RAGGED_FEATURE in extra else FORMAT_VERSION
+    return version, [spec.SHARDED_FEATURE, *extra]
 
 
 def check_root_layout(root: str | os.PathLike[str]) -> None:

@@ -23,7 +23,6 @@ from detfmt import errors
 from detfmt.schema import Header
 from detfmt.shard.gc import gc
 from detfmt.shard.manifest import (
-    FORMAT_VERSION,
     MANIFEST_NAME,
     MAX_MANIFEST_BYTES,
     BoxFieldInfo,
@@ -34,6 +33,7 @@ from detfmt.shard.manifest import (
     check_manifest,
     decode_manifest,
     encode_manifest,
+    manifest_identity,
 )
 from detfmt.shard.names import SHARD_DIR, shard_path
 from detfmt.shard.session import (
@@ -76,6 +76,8 @@ class ShardMeta(msgspec.Struct, frozen=True, kw_only=True):
     xxh3_64: str
     max_boxes: int
     schema: Schema
+    #: the features the shard's header requires (ragged_labels): the manifest lists them too
+    features: list[str] = []
 
 
 def generation(root: str | os.PathLike[str], *,
@@ -154,7 +156,8 @@ def write_shard(
             os.unlink(tmp)
     return ShardMeta(key=key, path=rel, num_samples=built.num_samples, bytes=built.bytes,
                      xxh3_64=built.xxh3_64, max_boxes=built.max_boxes,
-                     schema=schema_of(built.header, codec))
+                     schema=schema_of(built.header, codec),
+                     features=list(built.header.required_features))
 
 
 def publish_shard(storage: Storage, local: str, rel: str, digest: Digest, *,
@@ -311,10 +314,11 @@ def commit(
         _check_stored(storage, m.path, m.bytes)
     shards = list_shards([(m.path, m.key, m.num_samples, m.bytes, m.xxh3_64, m.max_boxes)
                           for m in metas])
+    version, features = manifest_identity(f for m in metas for f in m.features)
     manifest = Manifest(
         format="detfmt",
-        version=FORMAT_VERSION,
-        required_features=["sharded"],
+        version=version,
+        required_features=features,
         write_id=write_id or uuid.uuid4().hex,
         num_samples=sum(s.num_samples for s in shards),
         schema=schema if schema is not None else _common_schema(metas),

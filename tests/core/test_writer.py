@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import threading
 import warnings
@@ -480,3 +481,86 @@ def test_a_worker_that_dies_is_a_typed_error(tmp_path, monkeypatch):
     with pytest.raises(detfmt.WriteError, match="worker process died"):
         detfmt.write(samples, tmp_path / "ds", classes=CLASSES, workers=2)
     assert sorted(os.listdir(tmp_path)) == [".ds.detfmt-lock"]
+
+
+# ----------------------------------------------------------------------------- ragged labels
+
+
+def _crowded(n: int = 30, crowd: int = 60, index: int = 4) -> list[dict]:
+    """Sparse samples (0 or 1 box) and one crowded one: padding would take > 2x the boxes."""
+    rng = np.random.default_rng(21)
+    out = []
+    for i in range(n):
+        k = crowd if i == index else i % 2
+        x = rng.uniform(0, 20, k).astype(np.float32)
+        boxes = np.stack([x, x / 2, x + 5, x / 2 + 3], axis=1).reshape(k, 4)
+        out.append({"image": rng.integers(0, 256, (24, 32, 3), dtype=np.uint8), "boxes": boxes,
+                    "classes": rng.integers(0, 3, k), "iscrowd": (np.arange(k) % 2).astype(
+                        np.uint8)})
+    return out
+
+
+@pytest.mark.parametrize("labels", ["ragged", "auto"])
+def test_ragged_labels_read_back_as_the_padded_ones(tmp_path, labels):
+    samples = _crowded()
+    fields = {"box_fields": {"iscrowd": "uint8"}}
+    detfmt.write(samples, tmp_path / "p", classes=CLASSES, labels="padded", **fields)
+    detfmt.write(samples, tmp_path / "r", classes=CLASSES, labels=labels, **fields)
+    padded, ragged = detfmt.open(tmp_path / "p"), detfmt.open(tmp_path / "r")
+    total = sum(len(s["classes"]) for s in samples)
+    assert not padded.ragged and padded.header.version == "1.0"
+    assert ragged.ragged and ragged.header.version == "1.2"
+    assert ragged.header.required_features == ["ragged_labels"]
+    assert ragged.header.num_boxes == total and ragged.boxes.shape == (total, 4)
+    for i in range(len(samples)):
+        a, b = padded[i], ragged[i]
+        np.testing.assert_array_equal(a.boxes, b.boxes)
+        np.testing.assert_array_equal(a.classes, b.classes)
+        np.testing.assert_array_equal(a.fields["iscrowd"], b.fields["iscrowd"])
+    order = np.random.default_rng(2).permutation(len(samples))
+    for got, want in ((ragged.batch(order), padded.batch(order)),
+                      (ragged.labels(order[:7]), padded.labels(order[:7]))):
+        for name in ("boxes", "classes", "mask", "images", "sizes"):
+            np.testing.assert_array_equal(getattr(got, name), getattr(want, name))
+        np.testing.assert_array_equal(got.fields["iscrowd"], want.fields["iscrowd"])
+    assert detfmt.verify(tmp_path / "r").ok
+    assert (tmp_path / "r" / "boxes.npy").stat().st_size < \
+        (tmp_path / "p" / "boxes.npy").stat().st_size / 5
+
+
+def test_auto_keeps_padded_labels_when_padding_is_cheap(tmp_path):
+    samples = make_samples(12)  # every sample has about the same count
+    detfmt.write(samples, tmp_path / "ds", classes=CLASSES)
+    ds = detfmt.open(tmp_path / "ds")
+    n, m = len(ds), ds.max_boxes
+    total = int(ds.counts.sum())
+    assert not ds.ragged and not n * m - total > 2 * total  # W-19's threshold
+    header = json.loads((tmp_path / "ds" / "header.json").read_bytes())
+    assert "num_boxes" not in header and header["version"] == "1.0"
+
+
+def test_labels_option_is_checked(tmp_path):
+    with pytest.raises(detfmt.UsageError, match="labels"):
+        detfmt.write(make_samples(2), tmp_path / "ds", classes=CLASSES, labels="flat")
+    assert not (tmp_path / "ds").exists()
+
+
+def test_ragged_shards_make_a_1_2_manifest(tmp_path):
+    from detfmt.shard.write import commit, write_shard
+
+    fields = {"box_fields": {"iscrowd": "uint8"}}
+    crowded = write_shard(_crowded(), tmp_path, "a", classes=CLASSES, **fields)
+    sparse = write_shard(_crowded(crowd=1), tmp_path, "b", classes=CLASSES, labels="padded",
+                         **fields)
+    assert crowded.features == ["ragged_labels"] and sparse.features == []
+    manifest = commit(tmp_path, [crowded, sparse])
+    assert manifest.version == "1.2"
+    assert manifest.required_features == ["sharded", "ragged_labels"]
+    ds = detfmt.open(tmp_path)
+    batch = ds.batch(np.arange(len(ds)))
+    assert batch.mask.sum() == sum(len(s["classes"]) for s in _crowded() + _crowded(crowd=1))
+    assert detfmt.verify(tmp_path).ok
+    only_padded = tmp_path / "p"
+    manifest = commit(only_padded, [write_shard(_crowded(crowd=1), only_padded, "c",
+                                                classes=CLASSES, labels="padded", **fields)])
+    assert manifest.version == "1.1" and manifest.required_features == ["sharded"]

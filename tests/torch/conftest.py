@@ -25,12 +25,13 @@ def make_ds(tmp_path):
     return make
 
 
-KINDS = ("dir", "sharded")
+KINDS = ("dir", "sharded", "ragged")
 
 
 @pytest.fixture(params=KINDS)
 def kind(request) -> str:
-    """Every read-path test runs on a 1.0 directory and on a sharded root."""
+    """Every read-path test runs on a 1.0 directory, a sharded root, and a sharded root whose
+    shards store ragged labels (SPEC §10.2)."""
     return request.param
 
 
@@ -42,6 +43,7 @@ def make_any(tmp_path, kind):
         path = tmp_path / f"ds{next(counter)}"
         if kind == "dir":
             return make_dataset(path, shapes, codec, max_boxes, fixed)
-        return make_sharded_root(path, shapes, codec, max_boxes, fixed)
+        labels = "ragged" if kind == "ragged" else "padded"
+        return make_sharded_root(path, shapes, codec, max_boxes, fixed, labels=labels)
 
     return make
