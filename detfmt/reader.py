@@ -290,28 +290,39 @@ class Dataset(EpochIteration):
         """The labels of the checked local ``rows`` in ``m`` slots (``m`` at least their largest
         count): boxes (b, m, 4), classes (b, m) and per-box fields (b, m), padded with +0.0,
         -1 and 0. Both layouts give the same arrays (SPEC §10.2)."""
-        if not self.ragged and m <= self.max_boxes:
-            return (self.boxes[rows, :m], self.classes[rows, :m],
-                    {name: values[rows, :m] for name, values in self.box_fields.items()})
-        b = len(rows)
-        boxes = np.zeros((b, m, 4), np.float32)
-        classes = np.full((b, m), spec.CLASS_PADDING, np.int32)
-        fields = {name: np.zeros((b, m), values.dtype) for name, values in self.box_fields.items()}
-        if not self.ragged:  # more slots than the dataset's M: copy, then pad
+        if not self.ragged:
+            if m <= self.max_boxes:  # the stored padding is the padding
+                return (self.boxes[rows, :m], self.classes[rows, :m],
+                        {name: values[rows, :m] for name, values in self.box_fields.items()})
+            boxes, classes, fields = self._empty_slots(len(rows), m)
             mk = self.max_boxes
             boxes[:, :mk] = self.boxes[rows]
             classes[:, :mk] = self.classes[rows]
             for name, values in fields.items():
                 values[:, :mk] = self.box_fields[name][rows]
             return boxes, classes, fields
-        counts = self.counts[rows]
-        span = self._ragged_rows(rows, counts)
-        valid = np.arange(m) < counts[:, None]  # row-major, the order of the ragged rows
-        boxes[valid] = self.boxes[span]
-        classes[valid] = self.classes[span]
-        for name, values in fields.items():
-            values[valid] = self.box_fields[name][span]
+        if not len(self.classes):  # T = 0: nothing to gather
+            return self._empty_slots(len(rows), m)
+        # slot s of row r reads ragged row starts[r] + s; slots past the count read row 0 (one
+        # exists: T >= 1) and are then set to the padding values
+        slots = np.arange(m)
+        padding = slots >= self.counts[rows][:, None]
+        where = self._label_starts()[rows][:, None] + slots
+        where[padding] = 0
+        boxes = self.boxes.take(where, axis=0)
+        classes = self.classes.take(where)
+        boxes[padding] = 0.0
+        classes[padding] = spec.CLASS_PADDING
+        fields = {}
+        for name, values in self.box_fields.items():
+            fields[name] = values.take(where)
+            fields[name][padding] = 0
         return boxes, classes, fields
+
+    def _empty_slots(self, b: int, m: int
+                     ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+        return (np.zeros((b, m, 4), np.float32), np.full((b, m), spec.CLASS_PADDING, np.int32),
+                {name: np.zeros((b, m), values.dtype) for name, values in self.box_fields.items()})
 
     def _label_violations(self, rows: np.ndarray) -> Iterator[validate.Violation]:
         paths = (self.members[spec.BOXES_FILE].path, self.members[spec.CLASSES_FILE].path)
