@@ -30,10 +30,12 @@ def _rules(report) -> list[tuple[str, int | None]]:
     return [(v.rule, v.index) for v in report.violations]
 
 
-@pytest.fixture
-def small_blocks(monkeypatch):
-    """Blocks of a few samples, so a small dataset spans many blocks."""
+@pytest.fixture(params=[1, 10**9], ids=["bulk", "per-sample"])
+def small_blocks(monkeypatch, request):
+    """Blocks of a few samples, so a small dataset spans many blocks; each block checked in
+    bulk, or sample by sample (the two ways `_check_block` has)."""
     monkeypatch.setattr(_verify, "_SCAN_BLOCK", 2048)
+    monkeypatch.setattr(_verify, "_BULK", request.param)
 
 
 def test_every_broken_payload_and_padding_byte_is_found_in_order(tmp_path, small_blocks):
