@@ -14,6 +14,9 @@ Cases (each a fresh child process per round, so first-use costs are real):
 - ``verify_tiny``: microseconds per sample of ``verify`` on 100k 1x1 samples.
 - ``first_batch``: milliseconds of the first ``ds.batch`` of 32 random samples after ``open`` of
   a 10M-sample dataset (import and open excluded), and of the second.
+- ``loader``: the torch ``Loader`` over the photos, raw, 2 threads, against a 2-thread memcpy of
+  as many bytes per batch from the same mapping, and 2 threads against 1 (best of 2 alternations
+  of about 2 s each).
 - ``ragged``: 100k samples with at most 5 boxes and one with 1000, written padded and ragged:
   label bytes (boxes, classes, counts) / valid-box bytes (20 per box) of each, and
   ``ds.labels`` of 201 batches of 32 (one holding the crowded sample), ragged / padded.
@@ -41,7 +44,7 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 PHOTOS = REPO.parent / "shared" / "data" / "raccoon"
-CASES = ("getitem", "labels", "verify", "verify_tiny", "first_batch", "ragged")
+CASES = ("getitem", "labels", "verify", "verify_tiny", "first_batch", "ragged", "loader")
 
 
 # ----------------------------------------------------------------------------- datasets
@@ -147,6 +150,8 @@ def child(case: str, paths: dict[str, str]) -> dict:
             best[name] = min(best.get(name, 1e9), time.perf_counter() - t)
         return {"ratio": best["detfmt"] / best["numpy"],
                 "detfmt_us": best["detfmt"] / len(order) * 1e6}
+    if case == "loader":
+        return _loader_case(paths["photos"])
     if case == "labels":
         ds = detfmt.open(paths["photos"])
         rng = np.random.default_rng(3)
@@ -210,6 +215,54 @@ def child(case: str, paths: dict[str, str]) -> dict:
     raise SystemExit(f"unknown case {case}")
 
 
+def _loader_case(path: str, seconds: float = 2.0) -> dict:
+    """images/s of the torch Loader (raw, 1 and 2 threads) and of a 2-thread memcpy of as many
+    bytes per batch from the same mapping, alternated twice."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import detfmt
+    from detfmt.torch import Loader
+
+    ds = detfmt.open(path)
+    blob = np.memmap(Path(path) / "images.bin", np.uint8, mode="r")
+    per_batch = int(np.asarray(ds.sizes, np.int64).prod(axis=1).mean() * 3 * 32)
+    target = np.empty(per_batch, np.uint8)
+    pool = ThreadPoolExecutor(2)
+    rng = np.random.default_rng(5)
+
+    def loader_rate(threads: int) -> float:
+        loader = Loader(ds, 32, shuffle=True, seed=0, num_threads=threads)
+        images, t0, epoch = 0, time.perf_counter(), 0
+        while time.perf_counter() - t0 < seconds:
+            loader.set_epoch(epoch)
+            for batch in loader:
+                images += len(batch.images)
+            epoch += 1
+        return images / (time.perf_counter() - t0)
+
+    def memcpy_rate() -> float:
+        copies, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            lo = int(rng.integers(0, blob.size - per_batch))
+            half = per_batch // 2
+            pairs = [(target[part:part + half], blob[lo + part:lo + part + half])
+                     for part in (0, half)]
+            list(pool.map(lambda pair: np.copyto(*pair), pairs))
+            copies += 1
+        return copies * 32 / (time.perf_counter() - t0)
+
+    loader_rate(2)  # warm the page cache and the buffers
+    rates: dict[str, list[float]] = {"loader_2": [], "loader_1": [], "memcpy_2": []}
+    for _ in range(2):
+        rates["loader_2"].append(loader_rate(2))
+        rates["memcpy_2"].append(memcpy_rate())
+        rates["loader_1"].append(loader_rate(1))
+    best = {k: max(v) for k, v in rates.items()}
+    return {"vs_memcpy": best["loader_2"] / best["memcpy_2"],
+            "threads_2_vs_1": best["loader_2"] / best["loader_1"],
+            "loader_2_img_s": best["loader_2"]}
+
+
 # ----------------------------------------------------------------------------- driver
 
 
@@ -261,7 +314,8 @@ def main() -> None:
     print(f"load average (1 min) during the run: min {min(loads):.2f} max {max(loads):.2f}")
     keys = {"getitem": ["ratio", "detfmt_us"], "labels": ["share"],
             "verify": ["ratio"], "verify_tiny": ["us_per_sample"],
-            "first_batch": ["first_ms", "second_ms"], "ragged": ["ratio"]}
+            "first_batch": ["first_ms", "second_ms"], "ragged": ["ratio"],
+            "loader": ["vs_memcpy", "threads_2_vs_1", "loader_2_img_s"]}
     for case in cases:
         for name in impls:
             rounds = results[case][name]
