@@ -27,10 +27,15 @@ import numpy as np
 from detfmt import _buffers, _kernel, errors, spec
 from detfmt.records import NumpyBatch, batch_indices
 
-__all__ = ["IO_MODES", "Gather", "Job", "Parts", "batch_buffer", "check_canvas", "single_part"]
+__all__ = ["IO_MODES", "Gather", "Job", "Parts", "batch_buffer", "check_canvas", "check_padding",
+           "single_part"]
 
 IO_MODES = ("mmap", "pread")
 _PARALLEL_BYTES = 4 << 20  # below this a batch is copied in the calling thread
+#: a padded batch may take this many bytes whatever its padding, and beyond that at most
+#: `PADDING_FACTOR` times its images' bytes (property 6 of docs/reliability.md)
+PADDING_LIMIT = 1 << 30
+PADDING_FACTOR = 8
 
 _POOL: ThreadPoolExecutor | None = None
 _POOL_LOCK = threading.Lock()
@@ -137,6 +142,15 @@ class Job:
         if not len(self.indices):
             return (0, 0)
         return int(self.heights.max()), int(self.widths.max())
+
+    def padded_shape(self, where: str) -> tuple[int, int]:
+        """`shape`, after `check_padding` (one huge image among small ones must not allocate
+        gigabytes of padding)."""
+        height, width = self.shape
+        areas = self.heights.astype(np.int64) * self.widths.astype(np.int64)
+        check_padding(len(self.indices), height, width, int(areas.sum()) * 3, where,
+                      int(self.indices[int(np.argmax(areas))]) if len(areas) else None)
+        return height, width
 
     def groups(self) -> list[tuple[Part, np.ndarray, np.ndarray]]:
         """(part, batch rows, local indices) for each part the batch touches."""
@@ -458,7 +472,8 @@ class Gather:
         """One padded batch (what ``ds.batch`` returns)."""
         job = self.job(indices)
         b = len(job)
-        height, width = check_canvas(canvas) if canvas is not None else job.shape
+        height, width = check_canvas(canvas) if canvas is not None else \
+            job.padded_shape(self.where)
         if out is None and pad_value == 0:  # fresh zeroed pages: the padding is already there
             images = _buffers.aligned_zeros((b, height, width, 3))
             pad_value = None
@@ -478,6 +493,20 @@ class Gather:
         return NumpyBatch(images=np.zeros((len(job), 0, 0, 3), np.uint8), sizes=job.sizes,
                           boxes=boxes, classes=classes, mask=mask, indices=job.indices,
                           fields=fields)
+
+
+def check_padding(count: int, height: int, width: int, image_bytes: int, where: str,
+                  index: int | None = None) -> None:
+    """Refuse (UsageError, rule PADDING_BUDGET) ``count`` slots of ``height`` x ``width``
+    pixels that would take more than `PADDING_LIMIT` bytes and more than `PADDING_FACTOR`
+    times the ``image_bytes`` they hold; ``index`` names the sample that forces the size."""
+    padded = count * height * width * 3
+    if padded > PADDING_LIMIT and padded > PADDING_FACTOR * image_bytes:
+        raise errors.UsageError(
+            f"padding {count} images to {height}x{width} would take {padded / 2**30:.1f} GiB, "
+            f"{padded / max(image_bytes, 1):.0f}x the images: pass a canvas (the images must "
+            "fit it), use smaller batches, or write the dataset with max_side",
+            rule="PADDING_BUDGET", path=where, index=index)
 
 
 def batch_buffer(sizes: np.ndarray, batch_size: int) -> np.ndarray:

@@ -21,7 +21,7 @@ import torch
 import torch.utils.data as tud
 
 from detfmt.errors import DetfmtError, UsageError
-from detfmt.gather import check_canvas
+from detfmt.gather import check_canvas, check_padding
 from detfmt.order import DEFAULT_SHARD_WINDOW, Schedule
 from detfmt.protocol import DatasetLike
 from detfmt.torch._ring import BufferRing, Slot
@@ -231,6 +231,10 @@ class RingDataLoader:
         max_h, max_w = canvas if canvas is not None else (
             (int(self._sizes[:, 0].max()), int(self._sizes[:, 1].max())) if len(self._sizes)
             else (1, 1))
+        if canvas is None and len(self._sizes):  # every slot fits the largest image
+            typical = float(np.prod(self._sizes, axis=1, dtype=np.int64).mean()) * 3
+            check_padding(batch_size, max_h, max_w, int(typical * batch_size),
+                          self.ds.location)
         self.ring = _SharedRing(batch_size * max_h * max_w * 3)
         for _ in range(ring if ring is not None else num_workers * prefetch_factor + 2):
             self.ring.add()

@@ -267,7 +267,8 @@ class Loader:
         job = self.engine.job(indices)
         if self.io == "pread" and self.order == "quasi_random":
             self.engine.advise(job)  # near-sequential reads: let the kernel read ahead
-        height, width = self.canvas or tuple(max(1, v) for v in job.shape)
+        height, width = self.canvas or tuple(max(1, v) for v in job.padded_shape(
+            self.engine.where))
         need = len(indices) * height * width * 3
         if need > self.ring.capacity:  # new buffers at the largest size seen so far
             self.ring.capacity = need
