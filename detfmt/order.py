@@ -57,6 +57,7 @@ __all__ = [
     "OrderState",
     "RepeatFactorOrder",
     "Schedule",
+    "SubsetOrder",
     "default_quasi_block",
     "epoch_key",
     "epoch_permutation",
@@ -529,6 +530,44 @@ class RepeatFactorOrder:
     def __repr__(self) -> str:
         return (f"RepeatFactorOrder(samples={self.num_samples}, threshold={self.threshold}, "
                 f"mean factor={float(self.factors.mean()) if self.factors.size else 1.0:.3f})")
+
+
+class SubsetOrder:
+    """The same samples in the same order every epoch (not shuffled): e.g. one rank's
+    contiguous share of a validation set, so that the ranks together read each sample once."""
+
+    order = "subset"
+
+    def __init__(self, num_samples: int, indices: Sequence[int] | np.ndarray) -> None:
+        self._total = _check_n(num_samples)
+        self.indices = np.array(indices, dtype=np.int64).reshape(-1)
+        if self.indices.size and (self.indices.min() < 0 or self.indices.max() >= self._total):
+            raise UsageError(f"subset indices must be in 0..{self._total - 1}")
+        self.indices.flags.writeable = False
+        self.digest = _digest(self.indices.astype(np.float64))
+
+    @classmethod
+    def share(cls, num_samples: int, rank: int, world_size: int) -> SubsetOrder:
+        """Rank ``rank``'s contiguous share ``[N*r//R, N*(r+1)//R)`` of ``0..N-1``."""
+        if not 0 <= rank < world_size:
+            raise UsageError(f"rank {rank} outside 0..{world_size - 1}")
+        lo, hi = num_samples * rank // world_size, num_samples * (rank + 1) // world_size
+        return cls(num_samples, np.arange(lo, hi, dtype=np.int64))
+
+    @property
+    def num_samples(self) -> int:
+        return self._total
+
+    def epoch_order(self, seed: int, epoch: int) -> np.ndarray:
+        return self.indices
+
+    def config(self) -> dict[str, Any]:
+        return {"order": self.order, "subset_length": int(self.indices.size),
+                "subset_sha256": self.digest}
+
+    def configured(self, state: Mapping[str, Any]) -> SubsetOrder:
+        _same(state, self.config())
+        return self
 
 
 @dataclass(frozen=True, eq=False)
