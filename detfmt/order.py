@@ -559,7 +559,7 @@ class SubsetOrder:
         return self._total
 
     def epoch_order(self, seed: int, epoch: int) -> np.ndarray:
-        return self.indices
+        return self.indices.copy()  # batches are views of it, handed out as writable tensors
 
     def config(self) -> dict[str, Any]:
         return {"order": self.order, "subset_length": int(self.indices.size),
