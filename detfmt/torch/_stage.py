@@ -97,14 +97,14 @@ class TransformStage:
                 future = self.futures.pop(t)
             item, error = entry
             if error is not None:
-                future.set_exception(error)
+                _settle(future, error=error)
                 continue
             try:
                 result = self.process(t, item)
             except BaseException as failure:  # handed to the consumer in order
-                future.set_exception(failure)
+                _settle(future, error=failure)
             else:
-                future.set_result(result)
+                _settle(future, result)
             del item, entry
 
     def abandon(self) -> None:
@@ -115,3 +115,14 @@ class TransformStage:
         for item, error in left:
             if error is None:
                 self.release(item)
+
+
+def _settle(future: cf.Future, result: Any = None, error: BaseException | None = None) -> None:
+    """Complete ``future`` unless the consumer cancelled it meanwhile (the loader stopping)."""
+    try:
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+    except cf.InvalidStateError:
+        pass

@@ -247,3 +247,23 @@ def test_stage_processes_in_order_whatever_order_items_arrive():
     stage3.offer(0, 9)  # stopped: never processed, freed by abandon
     stage3.abandon()
     assert released == [9]
+
+
+def test_stopping_early_while_transforms_run_leaves_nothing_behind(make_any):
+    import time
+
+    ds = make_any(varied_shapes(40))
+
+    def slow(batch: Batch) -> Batch:
+        time.sleep(0.02)
+        return flip(batch)
+
+    loader = Loader(ds, 2, seed=5, num_threads=3, prefetch=6, transform=slow)
+    for _ in range(3):
+        it = iter(loader)
+        next(it)
+        it.close()  # gathers in flight, a transform running, batches waiting in the stage
+        assert not [t for t in threading.enumerate() if t.name.startswith("detfmt-loader")]
+        assert not any(slot.busy for slot in loader.ring.slots)  # every buffer given back
+    rest = [b.indices.tolist() for b in loader]
+    assert len(rest) == len(loader) - 3  # continues after the three delivered batches
