@@ -267,3 +267,21 @@ def test_stopping_early_while_transforms_run_leaves_nothing_behind(make_any):
         assert not any(slot.busy for slot in loader.ring.slots)  # every buffer given back
     rest = [b.indices.tolist() for b in loader]
     assert len(rest) == len(loader) - 3  # continues after the three delivered batches
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_transform_runs_on_the_loader_stream_and_matches_cpu(make_any):
+    ds = make_any(varied_shapes(18))
+    streams = []
+
+    def on_device(batch: Batch) -> Batch:
+        assert batch.images.is_cuda
+        streams.append(torch.cuda.current_stream().cuda_stream)
+        return flip(batch)
+
+    cpu = [b for b in Loader(ds, 4, seed=2, num_threads=2, transform=flip)]
+    gpu = [b for b in Loader(ds, 4, seed=2, num_threads=2, device="cuda",
+                             transform=on_device)]
+    assert len(set(streams)) == 1 and streams[0] != torch.cuda.default_stream().cuda_stream
+    for a, b in zip(cpu, gpu, strict=True):
+        assert torch.equal(a.images, b.images.cpu()) and torch.equal(a.boxes, b.boxes.cpu())
