@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import struct
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,6 +23,10 @@ from detfmt import spec
 from detfmt.errors import LayoutError
 
 MAGIC = b"\x93NUMPY"
+# CPython 3.11's AST conversion keeps its recursion depth in shared state: two threads parsing
+# at once (loader threads opening shards), with a thread switch inside (a GC callback, a
+# finalizer), fail with "SystemError: AST constructor recursion depth mismatch".
+_PARSE_LOCK = threading.Lock()
 __all__ = ["NpyHeader", "encode_header", "parse_header"]
 
 
@@ -81,7 +86,8 @@ def parse_header(prefix: bytes, file_size: int, path: str) -> NpyHeader:
     try:
         text = prefix[start : start + length].decode(encoding)
         # literal_eval only builds literals (no calls): safe on untrusted input of bounded size.
-        fields = ast.literal_eval(text)
+        with _PARSE_LOCK:
+            fields = ast.literal_eval(text)
     except (UnicodeDecodeError, ValueError, SyntaxError, MemoryError, RecursionError) as error:
         raise _fail("NPY_HEADER", f"unparseable .npy header: {error}", path) from error
     if not isinstance(fields, dict) or set(fields) != {"descr", "fortran_order", "shape"}:

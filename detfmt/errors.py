@@ -31,7 +31,8 @@ as ``__cause__``, never leaked.
     └── UsageError (ValueError)             invalid arguments or input from the caller
         ├── InvalidSampleError              one input sample is invalid (names the index)
         ├── SampleIndexError (IndexError)   a sample index outside 0..N-1
-        └── TooManyBoxesError               a box cap (max_boxes) would drop valid boxes
+        ├── TooManyBoxesError               a box cap (max_boxes) would drop valid boxes
+        └── ClassNamesMismatchError         mixed datasets whose class names do not agree
 
     NormalizedBoxesWarning (UserWarning)    the writer's boxes look normalised to 0..1
 
@@ -45,6 +46,7 @@ import os
 
 __all__ = [
     "CacheError",
+    "ClassNamesMismatchError",
     "CommitConflictError",
     "DatasetChangedError",
     "DatasetNotFoundError",
@@ -342,3 +344,32 @@ def _rebuild_too_many_boxes(message, count, max_boxes, rule, path, index):
 class NormalizedBoxesWarning(UserWarning):
     """Every box given to the writer lies within 0..1 on images of many pixels: they look
     normalised, while detfmt stores boxes in pixels (xyxy)."""
+
+
+class ClassNamesMismatchError(UsageError):
+    """Datasets mixed in one loader disagree on their class names (SPEC O-12).
+
+    A class id means a class by name: mixing datasets whose ids name different classes would
+    train on wrong labels. ``source`` is the number of the disagreeing dataset, ``names`` its
+    class names and ``expected`` the mixture's; pass ``class_names=`` (map by name) or
+    ``class_map=`` (rename) to mix them.
+    """
+
+    default_rule = "CLASS_NAMES_MISMATCH"
+
+    def __init__(self, message: str, *, source: int, names: list[str], expected: list[str],
+                 **kwargs) -> None:
+        self.source = int(source)
+        self.names = list(names)
+        self.expected = list(expected)
+        super().__init__(message, **kwargs)
+
+    def __reduce__(self):  # keep source/names/expected too across pickling
+        state = (self.message, self.source, self.names, self.expected, self.rule, self.path,
+                 self.index)
+        return (_rebuild_class_names, state)
+
+
+def _rebuild_class_names(message, source, names, expected, rule, path, index):
+    return ClassNamesMismatchError(message, source=source, names=names, expected=expected,
+                                   rule=rule, path=path, index=index)

@@ -15,15 +15,30 @@ global batch ``G = world_size * batch_size`` is sliced contiguously across ranks
 samples_seen}``, valid on any world size and per-rank batch size. `EpochPlan` is one rank's
 batches of one epoch; `Schedule` is the stateful position the loaders keep.
 
+Two sampling orders build on the same PRNG and permutation (SPEC §18.9-18.13):
+
+- repeat-factor sampling for rare classes (O-9, O-10: `repeat_factors`, `repeat_factor_order`,
+  `RepeatFactorOrder`): an image is visited about ``max(1, sqrt(t / f(c)))`` times per epoch for
+  its rarest class c, the fraction rounded stochastically by the epoch's stream;
+- a weighted mixture of several datasets (O-11, O-12: `mixture_quotas`, `mixture_epoch_order`,
+  `MixtureOrder`): each source's share of an epoch of fixed length, its samples taken pass by
+  pass without replacement, the sources interleaved by one permutation.
+
+Their epoch length may differ from the dataset's size (and, with repeat factors, from epoch to
+epoch); slicing and resume (S-19, S-20) apply to the epoch's own length.
+
 Everything is vectorized: a 10M-sample permutation is one pass of integer hashing plus one
 ``np.sort`` of uint64 keys (no argsort, no Python loop).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+import hashlib
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from fractions import Fraction
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -34,21 +49,33 @@ __all__ = [
     "DEFAULT_SHARD_WINDOW",
     "GOLDEN_RATIO_64",
     "ORDERS",
+    "EpochOrder",
     "EpochPlan",
+    "MixtureOrder",
+    "MixtureSource",
     "OrderSpec",
     "OrderState",
+    "RepeatFactorOrder",
     "Schedule",
+    "SubsetOrder",
     "default_quasi_block",
     "epoch_key",
     "epoch_permutation",
     "mix64",
+    "mixture_epoch_order",
+    "mixture_quotas",
     "num_steps",
     "permutation_from_key",
     "position_after",
     "quasi_random_permutation",
     "rank_batches",
+    "repeat_counts",
+    "repeat_factor_order",
+    "repeat_factors",
     "sharded_epoch_order",
     "splitmix64_stream",
+    "stream_output",
+    "uniform53",
 ]
 
 GOLDEN_RATIO_64 = 0x9E3779B97F4A7C15
@@ -221,6 +248,162 @@ def default_quasi_block(nbytes: np.ndarray, target: int = 8 << 20) -> int:
     return max(1, round(target / max(mean, 1.0)))
 
 
+# ------------------------------------------------------------------ repeat factors (O-9, O-10)
+
+
+def stream_output(state: int, j: int) -> int:
+    """``x_j(state)`` of rule O-1, one value (a stream state for a nested stream)."""
+    return mix64((state + (j + 1) * GOLDEN_RATIO_64) & _MASK64)
+
+
+def uniform53(values: np.ndarray) -> np.ndarray:
+    """Stream outputs as binary64 in [0, 1): ``(x >> 11) * 2**-53`` (exact; rule O-10)."""
+    return (values >> np.uint64(11)).astype(np.float64) * (2.0 ** -53)
+
+
+def _check_threshold(threshold: float) -> float:
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float, np.floating,
+                                                                 np.integer)):
+        raise UsageError(f"repeat_threshold must be a number, got {threshold!r}")
+    t = float(threshold)
+    if not (math.isfinite(t) and t > 0.0):
+        raise UsageError(f"repeat_threshold must be finite and > 0, got {threshold!r}")
+    return t
+
+
+def repeat_factors(images: np.ndarray, classes: np.ndarray, num_images: int,
+                   threshold: float) -> np.ndarray:
+    """Per-image repeat factors of rule O-9 (LVIS repeat-factor sampling), float64 (N,).
+
+    ``images``/``classes`` are the (image, class id) pairs of every valid box (duplicates are
+    fine: presence counts). With ``f(c)`` the fraction of images holding class ``c``,
+    ``r(c) = max(1, sqrt(t / f(c)))`` and an image's factor is the largest ``r(c)`` of its
+    classes (1 without boxes); every step is one correctly rounded binary64 operation, so any
+    language gets the same bits.
+    """
+    n = _check_n(num_images)
+    t = _check_threshold(threshold)
+    images = np.asarray(images, dtype=np.int64).reshape(-1)
+    classes = np.asarray(classes, dtype=np.int64).reshape(-1)
+    if images.shape != classes.shape:
+        raise UsageError("images and classes must pair up (same length)")
+    if images.size and (images.min() < 0 or images.max() >= n or classes.min() < 0):
+        raise UsageError("image ids must be in 0..N-1 and class ids >= 0")
+    factors = np.ones(n, dtype=np.float64)
+    if not images.size:
+        return factors
+    num_classes = int(classes.max()) + 1
+    pairs = np.unique(images * num_classes + classes)  # presence: one entry per (image, class)
+    present_images, present_classes = pairs // num_classes, pairs % num_classes
+    images_with = np.bincount(present_classes, minlength=num_classes).astype(np.float64)
+    with np.errstate(divide="ignore"):
+        frequency = images_with / float(n)  # f(c) = n_c / N
+        per_class = np.maximum(1.0, np.sqrt(t / frequency))  # classes absent: never indexed
+    np.maximum.at(factors, present_images, per_class[present_classes])
+    return factors
+
+
+def _check_factors(factors: np.ndarray) -> np.ndarray:
+    factors = np.asarray(factors, dtype=np.float64).reshape(-1)
+    _check_n(factors.size)
+    if factors.size and not (np.all(np.isfinite(factors)) and factors.min() >= 1.0):
+        raise UsageError("repeat factors must be finite and >= 1")
+    return factors
+
+
+def repeat_counts(factors: np.ndarray, state: int) -> np.ndarray:
+    """How often each sample is visited in the epoch with stream state ``state`` (rule O-10):
+    ``floor(r_i)``, plus one when ``u_i < r_i - floor(r_i)`` (``u_i`` from the stream
+    ``x_0(state)``), as int64."""
+    factors = _check_factors(factors)
+    whole = np.floor(factors)
+    u = uniform53(splitmix64_stream(stream_output(state, 0), 0, factors.size))
+    return whole.astype(np.int64) + (u < factors - whole)
+
+
+def repeat_factor_order(factors: np.ndarray, state: int) -> np.ndarray:
+    """The repeat-factor order of rule O-10: sample i listed `repeat_counts` times (ascending),
+    the list permuted by ``P(x_1(state), L)``."""
+    counts = repeat_counts(factors, state)
+    total = int(counts.sum())
+    if total > MAX_SAMPLES:
+        raise UsageError(f"repeat factors give {total} samples in an epoch, more than 2**48")
+    listed = np.repeat(np.arange(counts.size, dtype=np.int64), counts)
+    return listed[permutation_from_key(stream_output(state, 1), total)]
+
+
+# ------------------------------------------------------------------ mixtures (O-11, O-12)
+
+
+def _check_weights(weights: Sequence[float]) -> list[float]:
+    out = []
+    for k, w in enumerate(weights):
+        if isinstance(w, bool) or not isinstance(w, (int, float, np.integer, np.floating)):
+            raise UsageError(f"weight {k} must be a number, got {w!r}")
+        w = float(w)
+        if not (math.isfinite(w) and w >= 0.0):
+            raise UsageError(f"weight {k} must be finite and >= 0, got {w!r}")
+        out.append(w)
+    if not out or not any(out):
+        raise UsageError("a mixture needs at least one source with a weight > 0")
+    return out
+
+
+def mixture_quotas(weights: Sequence[float], length: int) -> list[int]:
+    """Samples of each source in an epoch of ``length`` samples (rule O-11).
+
+    Largest remainder on exact rationals of the binary64 weights: source k gets
+    ``floor(L * w_k / W)``, and the samples left over go one each to the sources with the
+    largest fractional parts (ties: the smaller k). The quotas sum to ``length``.
+    """
+    weights = _check_weights(weights)
+    length = _check_n(length)
+    exact = [Fraction(w) for w in weights]
+    total = sum(exact, Fraction(0))
+    shares = [length * w / total for w in exact]
+    quotas = [math.floor(s) for s in shares]
+    left = length - sum(quotas)
+    by_remainder = sorted(range(len(shares)), key=lambda k: (-(shares[k] - quotas[k]), k))
+    for k in by_remainder[:left]:
+        quotas[k] += 1
+    return quotas
+
+
+def mixture_epoch_order(quotas: Sequence[int], offsets: Sequence[int], key: int,
+                        pass_order: Callable[[int, int], np.ndarray]) -> np.ndarray:
+    """The mixture order of rule O-12 for epoch key ``key``.
+
+    ``pass_order(k, state)`` is one pass over source k's local indices for a stream state
+    (O-3's ``P(state, N_k)``, or O-10's order with repeat factors). Source k's list is its
+    passes j = 0, 1, ... (states ``x_j(x_(k+1)(key))``) concatenated and cut to ``quotas[k]``
+    samples, shifted by ``offsets[k]``; the positions of the epoch are given to the sources by
+    ``P(x_0(key), L)`` over the list of source labels (``quotas[k]`` labels k, in order), and
+    each source fills its positions with its list, in order.
+    """
+    quotas = [int(c) for c in quotas]
+    total = sum(quotas)
+    _check_n(total)
+    labels = np.repeat(np.arange(len(quotas), dtype=np.int64), quotas)
+    source_at = labels[permutation_from_key(stream_output(key, 0), total)]
+    order = np.empty(total, dtype=np.int64)
+    for k, quota in enumerate(quotas):
+        if quota == 0:
+            continue
+        source_key = stream_output(key, k + 1)
+        taken: list[np.ndarray] = []
+        got = 0
+        j = 0
+        while got < quota:
+            one_pass = np.asarray(pass_order(k, stream_output(source_key, j)), dtype=np.int64)
+            if not one_pass.size:
+                raise UsageError(f"mixture source {k} is empty but its quota is {quota}")
+            taken.append(one_pass[: quota - got])
+            got += len(taken[-1])
+            j += 1
+        order[source_at == k] = np.concatenate(taken) + int(offsets[k])
+    return order
+
+
 def _positive(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise UsageError(f"{name} must be a positive int, got {value!r}")
@@ -267,6 +450,195 @@ class OrderSpec:
         """The parameters a resume state carries (the order, not the dataset)."""
         return {"order": self.order, "shard_window": self.shard_window,
                 "quasi_block": self.quasi_block, "quasi_window": self.quasi_window}
+
+    def configured(self, state: Mapping[str, Any]) -> OrderSpec:
+        """This dataset's order with the configuration a resume state was saved with (the
+        saved order wins: resuming continues the order that was running)."""
+        if state.get("order") not in ORDERS:
+            raise UsageError(f"the state was saved with order {state.get('order')!r}, this "
+                             f"loader runs {self.order!r}: resume with the same sampling "
+                             "options (repeat_threshold, mixture weights)")
+        try:
+            return replace(self, order=state["order"], shard_window=state["shard_window"],
+                           quasi_block=state["quasi_block"], quasi_window=state["quasi_window"])
+        except (TypeError, KeyError) as error:
+            raise UsageError(f"not a detfmt loader state: {error}") from error
+
+
+class EpochOrder(Protocol):
+    """What a `Schedule` needs of an order: the index space, the name, each epoch's order, and
+    the configuration a resume state carries (`OrderSpec`, `RepeatFactorOrder`,
+    `MixtureOrder`)."""
+
+    @property
+    def num_samples(self) -> int:
+        """Size of the index space (the dataset's, or the mixture's summed, sample count)."""
+
+    @property
+    def order(self) -> str: ...
+
+    def epoch_order(self, seed: int, epoch: int) -> np.ndarray:
+        """The global order of one epoch (its length may differ from ``num_samples``)."""
+
+    def config(self) -> dict[str, Any]: ...
+
+    def configured(self, state: Mapping[str, Any]) -> EpochOrder:
+        """This order, checked against (or adapted to) a saved state's configuration."""
+
+
+def _digest(factors: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(factors, dtype="<f8").tobytes()).hexdigest()[:16]
+
+
+def _same(state: Mapping[str, Any], config: Mapping[str, Any]) -> None:
+    """A resume state must have been saved with exactly this configuration."""
+    for name, value in config.items():
+        saved = state.get(name)
+        if saved != value:
+            raise UsageError(f"the state was saved with {name}={saved!r}, this loader has "
+                             f"{value!r}: resume with the same datasets and sampling options")
+
+
+class RepeatFactorOrder:
+    """Repeat-factor sampling over one dataset (rules O-9, O-10): each epoch visits sample i
+    ``floor(r_i)`` or ``floor(r_i) + 1`` times, shuffled. Build one from a dataset with
+    `detfmt.sampling.repeat_factor_order_for`."""
+
+    order = "repeat_factor"
+
+    def __init__(self, factors: np.ndarray, threshold: float) -> None:
+        self.factors = _check_factors(factors).copy()
+        self.factors.flags.writeable = False
+        self.threshold = _check_threshold(threshold)
+        self.digest = _digest(self.factors)
+
+    @property
+    def num_samples(self) -> int:
+        return int(self.factors.size)
+
+    def epoch_order(self, seed: int, epoch: int) -> np.ndarray:
+        return repeat_factor_order(self.factors, epoch_key(seed, epoch))
+
+    def config(self) -> dict[str, Any]:
+        return {"order": self.order, "repeat_threshold": self.threshold,
+                "repeat_factors_sha256": self.digest}
+
+    def configured(self, state: Mapping[str, Any]) -> RepeatFactorOrder:
+        _same(state, self.config())
+        return self
+
+    def __repr__(self) -> str:
+        return (f"RepeatFactorOrder(samples={self.num_samples}, threshold={self.threshold}, "
+                f"mean factor={float(self.factors.mean()) if self.factors.size else 1.0:.3f})")
+
+
+class SubsetOrder:
+    """The same samples in the same order every epoch (not shuffled): e.g. one rank's
+    contiguous share of a validation set, so that the ranks together read each sample once."""
+
+    order = "subset"
+
+    def __init__(self, num_samples: int, indices: Sequence[int] | np.ndarray) -> None:
+        self._total = _check_n(num_samples)
+        self.indices = np.array(indices, dtype=np.int64).reshape(-1)
+        if self.indices.size and (self.indices.min() < 0 or self.indices.max() >= self._total):
+            raise UsageError(f"subset indices must be in 0..{self._total - 1}")
+        self.indices.flags.writeable = False
+        self.digest = _digest(self.indices.astype(np.float64))
+
+    @classmethod
+    def share(cls, num_samples: int, rank: int, world_size: int) -> SubsetOrder:
+        """Rank ``rank``'s contiguous share ``[N*r//R, N*(r+1)//R)`` of ``0..N-1``."""
+        if not 0 <= rank < world_size:
+            raise UsageError(f"rank {rank} outside 0..{world_size - 1}")
+        lo, hi = num_samples * rank // world_size, num_samples * (rank + 1) // world_size
+        return cls(num_samples, np.arange(lo, hi, dtype=np.int64))
+
+    @property
+    def num_samples(self) -> int:
+        return self._total
+
+    def epoch_order(self, seed: int, epoch: int) -> np.ndarray:
+        return self.indices.copy()  # batches are views of it, handed out as writable tensors
+
+    def config(self) -> dict[str, Any]:
+        return {"order": self.order, "subset_length": int(self.indices.size),
+                "subset_sha256": self.digest}
+
+    def configured(self, state: Mapping[str, Any]) -> SubsetOrder:
+        _same(state, self.config())
+        return self
+
+
+@dataclass(frozen=True, eq=False)
+class MixtureSource:
+    """One source of a mixture: its sample count and, for repeat-factor sampling inside it,
+    its factors (O-9) and threshold."""
+
+    num_samples: int
+    factors: np.ndarray | None = None
+    threshold: float | None = None
+
+    def pass_order(self, state: int) -> np.ndarray:
+        """One pass over the source's local indices (O-12): O-3's ``P(state, N_k)``, or O-10's
+        order with repeat factors."""
+        if self.factors is None:
+            return permutation_from_key(state, self.num_samples)
+        return repeat_factor_order(self.factors, state)
+
+    def config(self) -> dict[str, Any]:
+        return {"samples": self.num_samples, "repeat_threshold": self.threshold,
+                "repeat_factors_sha256": None if self.factors is None else _digest(self.factors)}
+
+
+class MixtureOrder:
+    """A weighted mixture of datasets (rules O-11, O-12): an epoch of ``epoch_length`` samples
+    (default: all sources' samples together), source k's share by the largest remainder of its
+    weight, taken pass by pass through its own shuffled order (no sample repeats before the
+    source is exhausted), the sources interleaved by one permutation. Indices are global over
+    the sources concatenated in order (source k's sample j is ``offsets[k] + j``)."""
+
+    order = "mixture"
+
+    def __init__(self, sources: Sequence[MixtureSource], weights: Sequence[float] | None = None,
+                 epoch_length: int | None = None) -> None:
+        self.sources = tuple(sources)
+        if not self.sources:
+            raise UsageError("a mixture needs at least one source")
+        sizes = [s.num_samples for s in self.sources]
+        self.weights = _check_weights([float(n) for n in sizes] if weights is None else weights)
+        if len(self.weights) != len(self.sources):
+            raise UsageError(f"{len(self.weights)} weights for {len(self.sources)} sources")
+        total = sum(sizes)
+        self.epoch_length = _check_n(total if epoch_length is None else epoch_length)
+        self.quotas = mixture_quotas(self.weights, self.epoch_length)
+        for k, (quota, size) in enumerate(zip(self.quotas, sizes, strict=True)):
+            if quota and not size:
+                raise UsageError(f"mixture source {k} has no samples but weight "
+                                 f"{self.weights[k]!r}")
+        self.offsets = [0, *np.cumsum(sizes, dtype=np.int64).tolist()[:-1]]
+        self._total = total
+
+    @property
+    def num_samples(self) -> int:
+        return self._total
+
+    def epoch_order(self, seed: int, epoch: int) -> np.ndarray:
+        return mixture_epoch_order(self.quotas, self.offsets, epoch_key(seed, epoch),
+                                   lambda k, state: self.sources[k].pass_order(state))
+
+    def config(self) -> dict[str, Any]:
+        return {"order": self.order, "weights": list(self.weights),
+                "epoch_length": self.epoch_length,
+                "sources": [s.config() for s in self.sources]}
+
+    def configured(self, state: Mapping[str, Any]) -> MixtureOrder:
+        _same(state, self.config())
+        return self
+
+    def __repr__(self) -> str:
+        return (f"MixtureOrder(sources={len(self.sources)}, quotas={self.quotas}, "
+                f"epoch_length={self.epoch_length})")
 
 
 def _check_position(total: int, samples_seen: int) -> None:
@@ -351,7 +723,7 @@ class EpochPlan:
     drop_last: bool = True
 
     @classmethod
-    def build(cls, spec_: OrderSpec, state: OrderState, *, world_size: int = 1, rank: int = 0,
+    def build(cls, spec_: EpochOrder, state: OrderState, *, world_size: int = 1, rank: int = 0,
               batch_size: int = 1, drop_last: bool = True,
               order: np.ndarray | None = None) -> EpochPlan:
         """The plan of ``state``'s epoch (``order``: that epoch's order, when already known)."""
@@ -378,6 +750,11 @@ class EpochPlan:
         return position_after(len(self.order), self.world_size, self.batch_size,
                               self.samples_seen, steps, self.drop_last)
 
+    def position(self, step: int) -> int:
+        """Position in the epoch order of this rank's first sample of batch ``step``."""
+        return self.samples_seen + step * self.world_size * self.batch_size \
+            + self.rank * self.batch_size
+
 
 STATE_VERSION = 2
 
@@ -387,11 +764,12 @@ class Schedule:
 
     The loaders keep one. ``state_dict()`` is ``{seed, epoch, samples_seen}`` plus the order's
     configuration (S-20): it resumes on any world size, per-rank batch size and thread count,
-    for 1.0 datasets and sharded roots alike. ``drop_last`` is this run's own choice (it only
-    decides this run's tail).
+    for 1.0 datasets, sharded roots, repeat-factor orders and mixtures alike. ``drop_last`` is
+    this run's own choice (it only decides this run's tail). Positions count in the epoch's own
+    order, whose length (`epoch_length`) may differ from the dataset's size.
     """
 
-    def __init__(self, spec_: OrderSpec, *, batch_size: int, seed: int = 0, rank: int = 0,
+    def __init__(self, spec_: EpochOrder, *, batch_size: int, seed: int = 0, rank: int = 0,
                  world_size: int = 1, drop_last: bool | None = None) -> None:
         self.spec = spec_
         self.batch_size = _positive("batch_size", batch_size)
@@ -417,9 +795,15 @@ class Schedule:
     def global_batch(self) -> int:
         return self.batch_size * self.world_size
 
+    def epoch_length(self, epoch: int | None = None) -> int:
+        """Positions in an epoch's order (the dataset's size, except for repeat factors and
+        mixtures)."""
+        return len(self.epoch_order(epoch))
+
     def __len__(self) -> int:
-        """Batches this rank yields in a whole epoch."""
-        return num_steps(self.num_samples, self.world_size, self.batch_size, 0, self.drop_last)
+        """Batches this rank yields in the whole current epoch."""
+        return num_steps(self.epoch_length(), self.world_size, self.batch_size, 0,
+                         self.drop_last)
 
     def epoch_order(self, epoch: int | None = None) -> np.ndarray:
         """The global order of an epoch (computed once per epoch)."""
@@ -443,7 +827,8 @@ class Schedule:
         return [np.asarray(b, dtype=np.int64) for b in self.plan(epoch, 0).batches()]
 
     def _finished(self) -> bool:
-        return self.num_samples > 0 and self.samples_seen >= self.num_samples
+        length = self.epoch_length()
+        return length > 0 and self.samples_seen >= length
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch the next iteration runs; a new epoch (or a finished one) restarts at
@@ -462,14 +847,19 @@ class Schedule:
         self._start = self.samples_seen
         return [np.asarray(b, dtype=np.int64) for b in self.plan().batches()]
 
+    def position(self, step: int) -> int:
+        """Epoch-order position of this rank's first sample in batch ``step`` of the batches
+        `begin_epoch` returned (a key for per-batch randomness that a resume reproduces)."""
+        return self._start + step * self.global_batch + self.rank * self.batch_size
+
     def mark(self, steps: int) -> None:
         """``steps`` of the batches `begin_epoch` returned were handed out."""
-        self.samples_seen = position_after(self.num_samples, self.world_size, self.batch_size,
-                                           self._start, steps, self.drop_last)
+        self.samples_seen = position_after(self.epoch_length(), self.world_size,
+                                           self.batch_size, self._start, steps, self.drop_last)
 
     def state_dict(self) -> dict[str, Any]:
         """``{seed, epoch, samples_seen}`` and the order's configuration (S-20); ``samples_seen
-        == num_samples`` marks a finished epoch."""
+        == epoch_length`` marks a finished epoch."""
         return {"version": STATE_VERSION, "seed": self.seed, "epoch": self.epoch,
                 "samples_seen": self.samples_seen, "num_samples": self.num_samples,
                 **self.spec.config()}
@@ -481,33 +871,35 @@ class Schedule:
         States of the previous loaders (version 1: ``batches_done`` of a 1.0 loader, or the
         sharded loader's ``samples_seen``) are accepted."""
         state = _upgrade_state(state, self.spec)
-        if state["num_samples"] != self.num_samples:
-            raise UsageError(f"state is for {state['num_samples']} samples, the dataset has "
-                             f"{self.num_samples}")
-        _check_position(self.num_samples, state["samples_seen"])
+        if state.get("num_samples") != self.num_samples:
+            raise UsageError(f"state is for {state.get('num_samples')} samples, the dataset "
+                             f"has {self.num_samples}")
+        spec_ = self.spec.configured(state)
         try:
-            spec_ = replace(self.spec, order=state["order"], shard_window=state["shard_window"],
-                            quasi_block=state["quasi_block"], quasi_window=state["quasi_window"])
-        except (TypeError, KeyError) as error:
+            seed, epoch = int(state["seed"]), int(state["epoch"])
+        except (TypeError, KeyError, ValueError) as error:
             raise UsageError(f"not a detfmt loader state: {error}") from error
+        _check_position(len(spec_.epoch_order(seed, epoch)), state.get("samples_seen"))
         self.spec = spec_
-        self.seed = int(state["seed"])
-        self.epoch = int(state["epoch"])
+        self.seed = seed
+        self.epoch = epoch
         self.samples_seen = int(state["samples_seen"])
 
 
-def _upgrade_state(state: Mapping[str, Any], spec_: OrderSpec) -> dict[str, Any]:
+def _upgrade_state(state: Mapping[str, Any], spec_: EpochOrder) -> dict[str, Any]:
     if not isinstance(state, Mapping) or state.get("version") not in (1, STATE_VERSION):
         raise UsageError("not a detfmt loader state_dict (or from an unknown version)")
     state = dict(state)
     if state["version"] == STATE_VERSION:
         return state
+    quasi = {"quasi_block": getattr(spec_, "quasi_block", 32),
+             "quasi_window": getattr(spec_, "quasi_window", 8)}
     if state.get("kind") == "sharded":  # version 1 of the sharded loader
         return {**state, "order": "random" if state.get("shuffle", True) else "sequential",
-                "quasi_block": spec_.quasi_block, "quasi_window": spec_.quasi_window}
+                **quasi}
     # version 1 of the 1.0 loader: batches_done global batches of global_batch samples (O-7)
     n, g = int(state["num_samples"]), int(state["global_batch"])
     done = int(state["batches_done"])
     finished = done >= num_steps(n, 1, g, 0, bool(state.get("drop_last", False)))
     return {**state, "samples_seen": n if finished else done * g,
-            "shard_window": spec_.shard_window}
+            "shard_window": getattr(spec_, "shard_window", DEFAULT_SHARD_WINDOW)}

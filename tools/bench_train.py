@@ -2,9 +2,9 @@
 
 Both sides run Ultralytics' default detection augmentation (mosaic, affine, flip, HSV): the
 Ultralytics side through its own ``YOLODataset`` + ``InfiniteDataLoader`` (``workers`` worker
-processes), the detfmt side through ``DetfmtYoloLoader`` (``detfmt.torch.Loader`` threads and
-the ``yolo_train`` preset on a background thread). Per configuration (pipeline x data threads)
-and round, interleaved:
+processes), the detfmt side through ``DetfmtYoloLoader`` (``detfmt.torch.Loader`` threads
+running the ``yolo_train`` preset in the loader, ``Loader(transform=)``). Per configuration
+(pipeline x data threads) and round, interleaved:
 
 - data only: ``--data-batches`` batches through the pipeline alone; CPU seconds of the whole
   process tree (workers included) per augmented image, and images/s;
@@ -102,14 +102,9 @@ def detfmt_loader(path: Path, imgsz: int, batch: int, threads: int, rank: int | 
 
     hyp = SimpleNamespace(**{k: getattr(cfg_for(imgsz, threads), k) for k in HYP_KEYS})
     dataset = DetfmtYoloDataset(path, augment=True, hyp=hyp)
-    loader = DetfmtYoloLoader(dataset, batch, imgsz=imgsz, augment=True, seed=0, threads=threads)
-    if world is not None:  # the memory bench's ranks, without a process group
-        from detfmt.torch import Loader
-
-        loader.loader = Loader(dataset.ds, batch, shuffle=True, seed=0, rank=rank,
-                               world_size=world, num_threads=threads)
-        loader.reset()
-    return loader
+    # rank/world: the memory bench's ranks, without a process group
+    return DetfmtYoloLoader(dataset, batch, imgsz=imgsz, augment=True, seed=0, threads=threads,
+                            rank=rank, world_size=world)
 
 
 # ---------------------------------------------------------------------------- measuring

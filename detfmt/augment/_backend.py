@@ -12,11 +12,12 @@ import contextlib
 import importlib.util
 import threading
 from collections.abc import Iterator
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
 from detfmt.errors import UsageError
+from detfmt.torch.threads import thread_budget
 
 Backend = Literal["auto", "torch", "opencv"]
 BACKENDS: tuple[str, ...] = ("auto", "torch", "opencv")
@@ -69,9 +70,39 @@ _local = threading.local()
 
 
 def pool_threads() -> int:
-    """Threads for the per-sample OpenCV pool: torch's count as it was outside `small_ops`."""
+    """Threads for the per-sample OpenCV pool: the budget of a loader thread
+    (`detfmt.torch.threads`), else this thread's torch count as it was outside `small_ops`."""
+    budget = thread_budget()
+    if budget is not None:
+        return budget
     saved = getattr(_local, "threads", None)
     return saved if saved is not None else torch.get_num_threads()
+
+
+_cv2_lock = threading.Lock()
+_cv2_users = [0, 0]  # [threads inside `opencv_single_threaded`, OpenCV's count before the first]
+
+
+@contextlib.contextmanager
+def opencv_single_threaded(cv2: Any) -> Iterator[None]:
+    """OpenCV's own (process-wide) thread count at 1 while per-sample kernels run in our pool.
+
+    Reference counted: several threads (the loader's, a trainer's) may run the backend at once;
+    the first one in saves OpenCV's count and the last one out restores it, so overlapping calls
+    never leave OpenCV at 1 thread for everyone else, nor at many for a running pool.
+    """
+    with _cv2_lock:
+        if _cv2_users[0] == 0:
+            _cv2_users[1] = cv2.getNumThreads()
+            cv2.setNumThreads(1)
+        _cv2_users[0] += 1
+    try:
+        yield
+    finally:
+        with _cv2_lock:
+            _cv2_users[0] -= 1
+            if _cv2_users[0] == 0:
+                cv2.setNumThreads(_cv2_users[1])
 
 
 @contextlib.contextmanager

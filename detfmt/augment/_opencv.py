@@ -37,16 +37,15 @@ def _cv2() -> Any:
 def _for_each_sample(count: int, fn: Callable[[int], None]) -> None:
     """Run ``fn(i)`` for every sample on torch's thread count (`pool_threads`), OpenCV at 1 thread.
 
-    OpenCV's thread count is process-global, so it is restored afterwards (other OpenCV users,
-    like the benchmark's reference side, keep their own setting).
+    OpenCV's thread count is process-global: it is 1 while any thread runs here and restored
+    when the last one leaves (`opencv_single_threaded`), so other OpenCV users, like the
+    benchmark's reference side, keep their own setting.
     """
-    from detfmt.augment._backend import pool_threads
+    from detfmt.augment._backend import opencv_single_threaded, pool_threads
 
     cv2 = _cv2()
     threads = max(1, min(pool_threads(), count))
-    previous = cv2.getNumThreads()
-    cv2.setNumThreads(1)
-    try:
+    with opencv_single_threaded(cv2):
         if threads == 1:
             for i in range(count):
                 fn(i)
@@ -57,8 +56,6 @@ def _for_each_sample(count: int, fn: Callable[[int], None]) -> None:
                 pool = _pools[threads] = ThreadPoolExecutor(threads, "detfmt-augment-cv")
         for _ in pool.map(fn, range(count)):
             pass
-    finally:
-        cv2.setNumThreads(previous)
 
 
 def _hwc(images: torch.Tensor) -> np.ndarray:

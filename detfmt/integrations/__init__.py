@@ -10,7 +10,8 @@ nothing and needs none of them:
 - `detfmt.integrations.ultralytics`: `DetfmtTrainer`, `DetfmtValidator` (YOLO training and
   validation from detfmt datasets).
 - `detfmt.integrations.pipeline`: `AugmentedBatches`, the loader + augmentation + converter
-  iterator they share (augmentation on a background thread, overlapping the training step).
+  iterator they share (augmentation and conversion in the loader's threads, overlapping the
+  training step).
 
 See docs/integrations.md.
 """

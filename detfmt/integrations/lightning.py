@@ -2,7 +2,7 @@
 
 ``train_dataloader()`` / ``val_dataloader()`` return `AugmentedBatches` over a
 `detfmt.torch.Loader` (threaded gather, spec-defined order, exact resume), with the
-augmentation and the model's target converter run on a background thread. The loaders are
+augmentation and the model's target converter run in the loader's threads. The loaders are
 built in each process after Lightning has set up distributed training, so every rank reads its
 own share of each global batch (the loader takes rank and world size from
 ``torch.distributed``). The module's ``state_dict`` carries the training loader's position, so
@@ -33,11 +33,11 @@ class DetfmtDataModule(L.LightningDataModule):
         train, val: the datasets (val optional).
         batch_size: per-rank batch size.
         convert: ``Batch -> model input`` (e.g. ``to_torchvision``, ``to_hf_detection``), run on
-            the background thread; None yields `Batch` es.
+            the loader's threads; None yields `Batch` es.
         train_transform, val_transform: ``detfmt.augment`` pipelines (or None).
         seed: the loader's order seed (the epoch order is a pure function of seed and epoch).
-        num_threads: the loader's gather threads; ``augment_threads``: the augmentation
-            thread's torch/OpenCV threads.
+        num_threads: the loader's gather threads; ``augment_threads``: torch/OpenCV threads
+            of each loader thread for the augmentation (the loader's ``transform_threads``).
         loader_options: more ``detfmt.torch.Loader`` keyword arguments (``canvas``, ``io``...).
     """
 

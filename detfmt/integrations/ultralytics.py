@@ -13,7 +13,7 @@ metrics, plots, checkpoints and DDP. Only the data path differs: `detfmt.torch.L
 the batches (threads, the spec-defined order, each rank its share of every global batch) and
 `detfmt.augment.presets.yolo_train` reproduces Ultralytics' default augmentation from the run's
 hyperparameters (mosaic, mixup, degrees, translate, scale, shear, perspective, flipud, fliplr,
-hsv_h/s/v), on a background thread so it overlaps the training step. The batches are
+hsv_h/s/v), in the loader's own threads so it overlaps the training step. The batches are
 Ultralytics' collated dicts (``img`` uint8, ``cls``, ``bboxes`` normalised xywh, ``batch_idx``,
 ``im_file``, ``ori_shape``, ``resized_shape``, ``ratio_pad``).
 
@@ -45,7 +45,9 @@ from detfmt.augment.presets import yolo_train, yolo_val
 from detfmt.augment.targets import to_ultralytics
 from detfmt.errors import UsageError
 from detfmt.integrations.pipeline import AugmentedBatches
+from detfmt.order import SubsetOrder
 from detfmt.torch.batch import Batch
+from detfmt.torch.loader import Loader
 
 SPLITS = ("train", "val", "test")
 DATA_YAML = "detfmt_data.yaml"
@@ -233,49 +235,28 @@ def _rank_and_world() -> tuple[int, int]:
     return 0, 1
 
 
-class _SequentialBatches:
+def _validation_order(ds: Any) -> SubsetOrder:
     """Validation: this rank's contiguous share of ``0..N-1`` in order, each sample once.
 
     Ultralytics validates on every rank and gathers the statistics on rank 0, so the shares
     must neither overlap nor repeat samples (a padded order would count some twice).
     """
-
-    def __init__(self, ds: Any, batch_size: int) -> None:
-        rank, world = _rank_and_world()
-        n = len(ds)
-        start, stop = n * rank // world, n * (rank + 1) // world
-        self.ds = ds
-        self.indices = np.arange(start, stop, dtype=np.int64)
-        self.batch_size = batch_size
-
-    def __len__(self) -> int:
-        return math.ceil(len(self.indices) / self.batch_size)
-
-    def set_epoch(self, epoch: int) -> None:
-        """Validation order does not depend on the epoch."""
-
-    def __iter__(self):
-        for start in range(0, len(self.indices), self.batch_size):
-            chunk = self.indices[start : start + self.batch_size]
-            nb = self.ds.batch(chunk)
-            yield Batch(
-                images=torch.from_numpy(np.ascontiguousarray(nb.images)).permute(0, 3, 1, 2),
-                boxes=torch.from_numpy(np.asarray(nb.boxes, dtype=np.float32)),
-                classes=torch.from_numpy(np.asarray(nb.classes, dtype=np.int64)),
-                mask=torch.from_numpy(np.asarray(nb.mask, dtype=bool)),
-                sizes=torch.from_numpy(np.asarray(nb.sizes, dtype=np.int32)),
-                indices=torch.from_numpy(np.asarray(chunk)),
-            )
+    rank, world = _rank_and_world()
+    return SubsetOrder.share(len(ds), rank, world)
 
 
 class DetfmtYoloLoader:
     """Ultralytics-format batches from a detfmt dataset (what ``get_dataloader`` returns).
 
-    Training: a `detfmt.torch.Loader` (shuffled, each rank its share of every global batch,
-    rank and world size from ``torch.distributed`` under Ultralytics' DDP) and the
-    `yolo_train` preset built from the run's hyperparameters (rebuilt by ``reset()`` after
-    ``close_mosaic``). Validation: each rank's contiguous share, in order, every sample once,
-    through the `yolo_val` letterbox.
+    One `detfmt.torch.Loader` gathers, augments and converts each batch in its own threads
+    (``threads`` of them, each with ``threads`` torch/OpenCV threads, whatever Ultralytics set
+    with ``torch.set_num_threads``), in epoch order, overlapping the training step. Training:
+    shuffled, each rank its share of every global batch (rank and world size from
+    ``torch.distributed`` under Ultralytics' DDP), the `yolo_train` preset built from the run's
+    hyperparameters (rebuilt by ``reset()`` after ``close_mosaic``), its parameters re-seeded
+    per batch from (seed, epoch, position). Validation: each rank's contiguous share, in order,
+    every sample once, through the `yolo_val` letterbox. ``rank``/``world_size`` override
+    torch.distributed's for training (several ranks simulated in one machine).
     """
 
     def __init__(
@@ -287,45 +268,43 @@ class DetfmtYoloLoader:
         augment: bool,
         seed: int = 0,
         threads: int = 2,
-        prefetch: int = 2,
+        prefetch: int | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
     ) -> None:
-        from detfmt.torch import Loader
-
         self.dataset = dataset
         self.batch_size = int(batch_size)
         self.imgsz = int(imgsz)
         self.augment = augment
         self.seed = int(seed)
         self.num_workers = int(threads)
-        self.drop_last = False
+        workers = max(1, self.num_workers)
         if augment:
-            self.loader: Any = Loader(
-                dataset.ds,
-                self.batch_size,
-                shuffle=True,
-                seed=self.seed,
-                num_threads=max(1, self.num_workers),
-            )
-            self.drop_last = bool(getattr(self.loader, "drop_last", False))
+            self.loader = Loader(dataset.ds, self.batch_size, shuffle=True, seed=self.seed,
+                                 rank=rank, world_size=world_size, num_threads=workers,
+                                 transform_threads=workers, prefetch=prefetch)
         else:
-            self.loader = _SequentialBatches(dataset.ds, self.batch_size)
+            self.loader = Loader(dataset.ds, self.batch_size, order=_validation_order(dataset.ds),
+                                 rank=0, world_size=1, drop_last=False, num_threads=workers,
+                                 transform_threads=workers, prefetch=prefetch)
+        self.drop_last = bool(self.loader.drop_last)
         self.sampler = _RankSampler(self)
-        self.prefetch = prefetch
+        self.batches = AugmentedBatches(self.loader, None, self.to_batch_dict)
         self.reset()
 
     @property
     def samples_per_rank(self) -> int:
-        if isinstance(self.loader, _SequentialBatches):
-            return len(self.loader.indices)
-        if getattr(self.loader, "world_size", 1) == 1 and not self.drop_last:
+        if not self.augment:
+            return self.loader.schedule.epoch_length()
+        if self.loader.world_size == 1 and not self.drop_last:
             return len(self.dataset)  # the last batch may be short, as Ultralytics' own
         return len(self.loader) * self.batch_size
 
     def reset(self) -> None:
-        """(Re)build the augmentation from the dataset's current state (after close_mosaic)."""
+        """(Re)build the augmentation from the dataset's current state (after close_mosaic);
+        the loader's next pass runs it."""
         if self.augment:
             hyp = self.dataset.hyp
-            generator = torch.Generator().manual_seed(self.seed + 1)
             transform = yolo_train(
                 self.imgsz,
                 mosaic=float(hyp.mosaic) if self.dataset.mosaic else 0.0,
@@ -341,17 +320,11 @@ class DetfmtYoloLoader:
                 hsv_s=float(hyp.hsv_s),
                 hsv_v=float(hyp.hsv_v),
                 buffer_size=min(len(self.dataset), 8 * self.batch_size),
-                generator=generator,
+                generator=torch.Generator(),  # one generator, re-seeded by the loader per batch
             )
         else:
             transform = yolo_val(self.imgsz)
-        self.batches = AugmentedBatches(
-            self.loader,
-            transform,
-            self.to_batch_dict,
-            prefetch=self.prefetch,
-            threads=max(1, self.num_workers),
-        )
+        self.batches.transform = transform
 
     def set_epoch(self, epoch: int) -> None:
         self.loader.set_epoch(epoch)

@@ -14,7 +14,18 @@ memory, never correctness. With ``device="cuda"``, the pinned buffer is reused o
 non-blocking copy has completed.
 
 Order and resume are `detfmt.order.Schedule`'s, the same for every kind of dataset: the batches
-of ``ds.plan(...)``, and a ``state_dict()`` that resumes on any world size and batch size.
+of ``ds.plan(...)``, and a ``state_dict()`` that resumes on any world size and batch size. The
+order may also be repeat-factor sampling (``repeat_threshold=``) or a weighted mixture of several
+datasets (a list of datasets with ``weights=``, or a `detfmt.mixture.Mixture`), SPEC §18.9-18.13.
+
+Augmentation in the loader (``transform=``): each gathered batch goes through the transform in
+the gather threads, in epoch order (`detfmt.torch._stage`), so it overlaps the training step; on
+CUDA it runs on the loader's own stream after the copy. A transform that returns new tensors frees
+the buffer at once; one that writes into the batch in place keeps it until the batch is dropped,
+and the buffer's padding is rewritten in full on its next use (an in-place write, through torch
+or through numpy/OpenCV views, may have touched it). The loader's threads use
+``transform_threads`` torch threads and OpenCV-backend pool threads each, whatever the trainer's
+own ``torch.set_num_threads``.
 """
 
 from __future__ import annotations
@@ -23,7 +34,7 @@ import concurrent.futures as cf
 import os
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -32,10 +43,14 @@ import torch
 from detfmt import _kernel, api
 from detfmt.errors import UsageError
 from detfmt.gather import IO_MODES, Job, check_canvas
-from detfmt.order import DEFAULT_SHARD_WINDOW, Schedule
+from detfmt.mixture import Mixture
+from detfmt.order import DEFAULT_SHARD_WINDOW, EpochOrder, Schedule
 from detfmt.protocol import DatasetLike
+from detfmt.sampling import repeat_factor_order_for
 from detfmt.torch._ring import BufferRing, Slot
+from detfmt.torch._stage import TransformStage, augment_seed, find_generators
 from detfmt.torch.batch import Batch
+from detfmt.torch.threads import configure_thread
 
 __all__ = ["Loader", "default_rank_world", "open_dataset"]
 
@@ -50,6 +65,33 @@ def open_dataset(ds_or_path: Any, options: dict[str, Any] | None = None) -> Data
         raise UsageError(f"expected a detfmt dataset, a path or a URL, got "
                          f"{type(ds_or_path).__name__}")
     return ds_or_path
+
+
+def open_sources(ds_or_path: Any, options: dict[str, Any] | None,
+                 weights: Sequence[float] | None, epoch_length: int | None) -> DatasetLike:
+    """The loader's dataset: one dataset, or a `Mixture` of a list of them with ``weights``."""
+    if isinstance(ds_or_path, (list, tuple)):
+        return Mixture([open_dataset(d, options) if isinstance(d, (str, os.PathLike)) else d
+                        for d in ds_or_path], weights, epoch_length=epoch_length)
+    if weights is not None or epoch_length is not None:
+        raise UsageError("weights= and epoch_length= mix several datasets: pass a list of "
+                         "datasets (or set them on the Mixture)")
+    return open_dataset(ds_or_path, options)
+
+
+def sampling_order(ds: DatasetLike, order: str, repeat_threshold: float | None, *,
+                   shard_window: int, quasi_block: int | None, quasi_window: int) -> EpochOrder:
+    """The epoch order of ``ds``: its own (O-3, O-4, S-18), a mixture's (O-12), or
+    repeat-factor sampling (O-10) when ``repeat_threshold`` is set."""
+    if isinstance(ds, Mixture):
+        return ds.order_spec(order, repeat_threshold=repeat_threshold)
+    if repeat_threshold is None:
+        return ds.order_spec(order, shard_window=shard_window, quasi_block=quasi_block,
+                             quasi_window=quasi_window)
+    if order != "random":
+        raise UsageError(f"repeat-factor sampling is a shuffled order; order={order!r} does "
+                         "not combine with repeat_threshold")
+    return repeat_factor_order_for(ds, repeat_threshold)
 
 
 def default_rank_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
@@ -68,11 +110,13 @@ class Loader:
     """Iterate over batches of a detfmt dataset (an iterable; one epoch per ``iter()``).
 
     Args:
-        ds_or_path: an open dataset (``detfmt.open``), a 1.0 directory, or a sharded root (a
-            directory with manifest.json, or a URL such as ``s3://b/ds``).
+        ds_or_path: an open dataset (``detfmt.open``), a 1.0 directory, a sharded root (a
+            directory with manifest.json, or a URL such as ``s3://b/ds``), or a list of those
+            mixed by ``weights`` (a `detfmt.mixture.Mixture`; batch indices are the mixture's).
         batch_size: samples per batch on this rank.
         shuffle: ``order="random"`` when True, ``"sequential"`` when False (unless ``order`` set).
-        seed: the order's seed (SPEC §18); with ``set_epoch`` it fixes every batch.
+        seed: the order's seed (SPEC §18); with ``set_epoch`` it fixes every batch, and the
+            transform's per-batch generator seeds.
         drop_last: drop the tail shorter than a global batch; default True when distributed.
         rank, world_size: this process's share (S-19); default from torch.distributed.
         num_threads: gather threads (each fills whole batches).
@@ -82,8 +126,8 @@ class Loader:
         layout: ``"CHW"`` (a channels_last view) or ``"HWC"``.
         canvas: (H, W): place every image at the top-left of a fixed canvas (a larger image is
             an error) instead of padding to the batch maximum.
-        order: ``"random"``, ``"quasi_random"`` (1.0 datasets: near-sequential reads, O-4) or
-            ``"sequential"``.
+        order: ``"random"``, ``"quasi_random"`` (1.0 datasets: near-sequential reads, O-4),
+            ``"sequential"``, or an order object (`detfmt.order.SubsetOrder`...).
         io: ``"mmap"`` (fastest when the data is in the page cache) or ``"pread"`` (no page
             faults; use on a cold cache, ideally with ``order="quasi_random"``).
         quasi_block, quasi_window: O-4's L and W; default L = samples per ~8 MiB, W = 8.
@@ -93,6 +137,20 @@ class Loader:
         open_options: passed to ``detfmt.open`` when ``ds_or_path`` is a path or URL
             (``storage_options``, ``cache_dir``, ``cache_limit``, ``max_open`` for sharded roots).
         prefetch_shards: remote roots: shards fetched ahead of the batches in flight.
+        weights, epoch_length: a list of datasets: each one's share of an epoch and the epoch's
+            length (SPEC O-11, O-12; default: proportional to their sizes, all their samples).
+        repeat_threshold: repeat-factor sampling for rare classes (LVIS; SPEC O-9, O-10): an
+            image whose rarest class is in a fraction f < t of the images is visited about
+            sqrt(t / f) times per epoch.
+        transform: a ``detfmt.augment`` pipeline, or any ``Batch -> Batch`` callable, run on each
+            batch in the gather threads (on CUDA: on the loader's stream, after the copy), in
+            epoch order; its generators are re-seeded per batch (``transform_reseed``).
+        convert: ``Batch -> anything`` run after ``transform`` in the same place (a framework's
+            batch format); the loader then yields what it returns.
+        transform_threads: torch and OpenCV-backend threads of each loader thread (default:
+            all cores, at most 8), independent of the trainer's ``torch.set_num_threads``.
+        transform_reseed: re-seed the transform's generators from (seed, epoch, batch position)
+            so a resumed run repeats the same augmentation parameters (default True).
     """
 
     def __init__(
@@ -111,7 +169,7 @@ class Loader:
         layout: str = "CHW",
         *,
         canvas: tuple[int, int] | None = None,
-        order: str | None = None,
+        order: str | EpochOrder | None = None,
         io: str = "mmap",
         quasi_block: int | None = None,
         quasi_window: int = 8,
@@ -120,23 +178,43 @@ class Loader:
         shard_window: int = DEFAULT_SHARD_WINDOW,
         open_options: dict[str, Any] | None = None,
         prefetch_shards: int = 2,
+        weights: Sequence[float] | None = None,
+        epoch_length: int | None = None,
+        repeat_threshold: float | None = None,
+        transform: Callable[[Batch], Batch] | None = None,
+        convert: Callable[[Batch], Any] | None = None,
+        transform_threads: int | None = None,
+        transform_reseed: bool = True,
     ) -> None:
         if layout not in ("CHW", "HWC"):
             raise UsageError(f"layout must be 'CHW' or 'HWC', got {layout!r}")
         if io not in IO_MODES:
             raise UsageError(f"io must be one of {IO_MODES}, got {io!r}")
         for name, value, low in (("num_threads", num_threads, 1), ("prefetch", prefetch, 1),
-                                 ("prefetch_shards", prefetch_shards, 0)):
+                                 ("prefetch_shards", prefetch_shards, 0),
+                                 ("transform_threads", transform_threads, 1)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                       or value < low):
                 raise UsageError(f"{name} must be an int >= {low}, got {value!r}")
-        self.ds = open_dataset(ds_or_path, open_options)
+        for name, value in (("transform", transform), ("convert", convert)):
+            if value is not None and not callable(value):
+                raise UsageError(f"{name} must be callable, got {type(value).__name__}")
+        self.ds = open_sources(ds_or_path, open_options, weights, epoch_length)
         if io == "mmap":
             _kernel.load()  # the native raw gather, when numba is installed (a one-time cost)
-        order = order if order is not None else ("random" if shuffle else "sequential")
         rank, world_size = default_rank_world(rank, world_size)
-        spec = self.ds.order_spec(order, shard_window=shard_window, quasi_block=quasi_block,
-                                  quasi_window=quasi_window)
+        if isinstance(order, str) or order is None:
+            order = order if order is not None else ("random" if shuffle else "sequential")
+            spec = sampling_order(self.ds, order, repeat_threshold, shard_window=shard_window,
+                                  quasi_block=quasi_block, quasi_window=quasi_window)
+        else:
+            if repeat_threshold is not None:
+                raise UsageError("repeat_threshold= builds the order: it does not combine with "
+                                 "an order object")
+            if getattr(order, "num_samples", None) != len(self.ds):
+                raise UsageError(f"the order is for {getattr(order, 'num_samples', None)} "
+                                 f"samples, the dataset has {len(self.ds)}")
+            spec = order
         self.schedule = Schedule(spec, batch_size=batch_size, seed=seed, rank=rank,
                                  world_size=world_size, drop_last=drop_last)
         self.engine = self.ds.engine
@@ -162,6 +240,26 @@ class Loader:
             self._gpu = GpuJpegDecoder(self.device)
         height, width = self.canvas or (0, 0)  # buffers grow to what the batches need
         self.ring = BufferRing(batch_size * height * width * 3, pin=self.pin_memory)
+        self.transform_threads = int(transform_threads if transform_threads is not None
+                                     else min(8, os.cpu_count() or 1))
+        self.transform_reseed = bool(transform_reseed)
+        self._generators: list[torch.Generator] = []
+        self.transform = transform
+        self.convert = convert
+        self._stream: Any = None
+
+    @property
+    def transform(self) -> Callable[[Batch], Batch] | None:
+        """The augmentation run on each batch in the loader's threads (None: none)."""
+        return self._transform
+
+    @transform.setter
+    def transform(self, transform: Callable[[Batch], Batch] | None) -> None:
+        """Takes effect at the next ``iter()`` (e.g. a pipeline rebuilt after close_mosaic)."""
+        if transform is not None and not callable(transform):
+            raise UsageError(f"transform must be callable, got {type(transform).__name__}")
+        self._transform = transform
+        self._generators = find_generators(transform) if transform is not None else []
 
     # -- schedule ------------------------------------------------------------------------------
 
@@ -232,33 +330,134 @@ class Loader:
         batches = self.schedule.begin_epoch()
         return self._run(batches)
 
-    def _run(self, batches: list[np.ndarray]) -> Iterator[Batch]:
+    def _run(self, batches: list[np.ndarray]) -> Iterator[Any]:
         follower = self.ds.follow(batches, self.prefetch_shards)
-        pool = cf.ThreadPoolExecutor(self.num_threads, thread_name_prefix="detfmt-loader")
+        pool = cf.ThreadPoolExecutor(self.num_threads, thread_name_prefix="detfmt-loader",
+                                     initializer=configure_thread,
+                                     initargs=(self.transform_threads,))
         pending: deque[cf.Future] = deque()
         stop = threading.Event()
+        staged = self._transform is not None or self.convert is not None
+        stage = TransformStage(self._stage_process, self._stage_release, stop) if staged else None
+        epoch = self.schedule.epoch
         position = submitted = 0
         try:
             while position < len(batches):
                 while submitted < len(batches) and len(pending) < self.prefetch:
                     follower.step(position, submitted)
-                    pending.append(pool.submit(self._job, batches[submitted], stop))
+                    if stage is not None:
+                        pending.append(stage.expect(submitted))
+                        pool.submit(self._staged_job, batches[submitted], submitted, epoch,
+                                    stage, stop)
+                    else:
+                        pending.append(pool.submit(self._job, batches[submitted], stop))
                     submitted += 1
-                batch, slot = pending.popleft().result()  # a failed job released its slot
-                self.ring.release(slot)
+                out, slot = pending.popleft().result()  # a failed job released its slot
+                if slot is not None:
+                    self.ring.release(slot)
                 position += 1
                 self.schedule.mark(position)
-                if self.device is not None:
-                    batch = self._to_device(batch, slot)
-                yield batch
+                if stage is not None:
+                    out = self._deliver(out)
+                elif self.device is not None:
+                    out = self._to_device(out, slot)
+                yield out
         finally:
             stop.set()
             for future in pending:
                 future.cancel()
             pool.shutdown(wait=True, cancel_futures=True)
-            for future in pending:  # gathered but never handed out
-                if future.done() and not future.cancelled() and future.exception() is None:
-                    self.ring.release(future.result()[1])
+            if stage is not None:
+                stage.abandon()  # gathered, never transformed: their buffers are free again
+            else:
+                for future in pending:  # gathered but never handed out
+                    if future.done() and not future.cancelled() and future.exception() is None:
+                        self.ring.release(future.result()[1])
+
+    # -- the transform stage -------------------------------------------------------------------
+
+    def _staged_job(self, indices: np.ndarray, t: int, epoch: int, stage: TransformStage,
+                    stop: threading.Event) -> None:
+        """A gather thread: gather batch ``t``, then hand it to the stage (which may run the
+        transform here, on this and the following batches, in order)."""
+        try:
+            batch, slot = self._job(indices, stop)
+        except BaseException as error:
+            stage.offer(t, error=error)
+            return
+        stage.offer(t, (batch, slot, epoch))
+
+    def _stage_release(self, item: tuple[Batch, Slot, int]) -> None:
+        self.ring.release(item[1])
+
+    def _reseed(self, epoch: int, t: int) -> None:
+        if not self.transform_reseed:
+            return
+        position = self.schedule.position(t)
+        for k, generator in enumerate(self._generators):
+            generator.manual_seed(augment_seed(self.seed, epoch, position, k))
+
+    def _stage_process(self, t: int, item: tuple[Batch, Slot, int]) -> tuple[Any, None]:
+        """Batch ``t``: to the device (CUDA: on the loader's stream), re-seed, transform,
+        convert. Returns (output, None): the buffer is released here, not at hand-out."""
+        batch, slot, epoch = item
+        del item
+        released = False
+        try:
+            if self.device is not None and self.device.type == "cuda":
+                return self._process_cuda(batch, slot, epoch, t), None
+            if self.device is not None:
+                batch = batch.to(self.device)
+            self._reseed(epoch, t)
+            out = self._transform(batch) if self._transform is not None else batch
+            del batch
+            # A transform may have written into the buffer in place (also through numpy views,
+            # which torch's version counter does not see): the next gather clears all padding.
+            slot.layout = None
+            self.ring.release(slot)  # reused only once no tensor handed out references it
+            released = True
+            if self.convert is not None:
+                out = self.convert(out)
+            return out, None
+        finally:
+            if not released:
+                slot.layout = None
+                self.ring.release(slot)
+
+    def _process_cuda(self, batch: Batch, slot: Slot, epoch: int, t: int) -> Any:
+        device = self.device
+        assert device is not None
+        if self._stream is None:
+            self._stream = torch.cuda.Stream(device)
+        with torch.cuda.device(device), torch.cuda.stream(self._stream):
+            moved = batch.to(device, non_blocking=self.pin_memory)
+            if self.pin_memory:
+                copied = torch.cuda.Event()
+                copied.record(self._stream)
+                slot.event = copied  # the slot is reused only once this copy has completed
+            del batch
+            self._reseed(epoch, t)
+            out = self._transform(moved) if self._transform is not None else moved
+            del moved
+            if self.convert is not None:
+                out = self.convert(out)
+            done = torch.cuda.Event()
+            done.record(self._stream)
+        return _OnStream(out, done)
+
+    def _deliver(self, out: Any) -> Any:
+        """A staged result for the consumer: CUDA work of the loader's stream ordered before
+        the consumer's, and its memory kept until the consumer's stream is done with it."""
+        if not isinstance(out, _OnStream):
+            return out
+        stream = torch.cuda.current_stream(self.device)
+        stream.wait_event(out.done)
+        for tensor in _tensors(out.value):
+            if tensor.is_cuda:
+                tensor.record_stream(stream)
+        return out.value
+
+    # -- gathering -----------------------------------------------------------------------------
 
     def _job(self, indices: np.ndarray, stop: threading.Event) -> tuple[Batch, Slot]:
         """A gather thread: locate and check the batch, take a free buffer of its size, fill."""
@@ -328,3 +527,29 @@ class Loader:
         return (f"Loader(n={self.n}, batch_size={self.batch_size}, rank={self.rank}/"
                 f"{self.world_size}, order={self.order!r}, epoch={self.epoch}, "
                 f"samples_seen={self.samples_seen}, threads={self.num_threads})")
+
+
+class _OnStream:
+    """A result produced on the loader's CUDA stream, with the event that marks it ready."""
+
+    __slots__ = ("done", "value")
+
+    def __init__(self, value: Any, done: Any) -> None:
+        self.value = value
+        self.done = done
+
+
+def _tensors(value: Any) -> Iterator[torch.Tensor]:
+    """Every tensor inside a Batch, dict, list or tuple (what a convert may return)."""
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, Batch):
+        for field in (value.images, value.boxes, value.classes, value.mask, value.sizes,
+                      value.indices, value.extras):
+            yield from _tensors(field)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _tensors(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _tensors(item)

@@ -4,6 +4,8 @@ slicing/resume model (S-19, S-20) both kinds of dataset share."""
 from __future__ import annotations
 
 import hashlib
+import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -11,16 +13,23 @@ import pytest
 from detfmt.errors import UsageError
 from detfmt.order import (
     EpochPlan,
+    MixtureOrder,
+    MixtureSource,
     OrderSpec,
     OrderState,
+    RepeatFactorOrder,
     Schedule,
     epoch_key,
     epoch_permutation,
     mix64,
+    mixture_quotas,
     num_steps,
     permutation_from_key,
     quasi_random_permutation,
     rank_batches,
+    repeat_counts,
+    repeat_factor_order,
+    repeat_factors,
     sharded_epoch_order,
     splitmix64_stream,
 )
@@ -380,3 +389,224 @@ def test_working_set_keeps_in_use_and_next_shards():
     for row in rows[:4]:
         assert set(shard_of[row].tolist()) <= set(span)
     assert 1 not in ws.by_first  # an empty shard is never needed
+
+
+# ------------------------------------------------------------------ repeat factors and mixtures
+# Scalar re-statements of O-9 .. O-12 (Python ints, floats and Fractions, one sample at a time).
+
+
+def ref_repeat_factors(image_classes: list[list[int]], t: float) -> list[float]:
+    """O-9: f(c) = n_c / N, r(c) = max(1, sqrt(t / f(c))), an image's factor its largest."""
+    n = len(image_classes)
+    having: dict[int, int] = {}
+    for classes in image_classes:
+        for c in set(classes):
+            having[c] = having.get(c, 0) + 1
+    per_class = {c: max(1.0, math.sqrt(t / (k / n))) for c, k in having.items()}
+    return [max((per_class[c] for c in set(cl)), default=1.0) for cl in image_classes]
+
+
+def ref_repeat_order(factors: list[float], state: int) -> list[int]:
+    """O-10: stochastic rounding with u_i from the stream x_0(state), the list permuted by
+    P(x_1(state), L)."""
+    u_state = ref_stream(state, 0)
+    listed: list[int] = []
+    for i, r in enumerate(factors):
+        whole = math.floor(r)
+        u = (ref_stream(u_state, i) >> 11) / 2**53
+        listed += [i] * (whole + (1 if u < r - whole else 0))
+    return [listed[t] for t in reference_permutation_from_state(ref_stream(state, 1),
+                                                                len(listed))]
+
+
+def ref_quotas(weights: list[float], length: int) -> list[int]:
+    """O-11: largest remainder on the exact rationals of the weights."""
+    w = [Fraction(x) for x in weights]
+    exact = [length * x / sum(w) for x in w]
+    quotas = [math.floor(e) for e in exact]
+    for k in sorted(range(len(w)), key=lambda k: (-(exact[k] - quotas[k]), k))[
+            : length - sum(quotas)]:
+        quotas[k] += 1
+    return quotas
+
+
+def ref_mixture(sizes, weights, length, seed, epoch, factors=None) -> list[int]:
+    """O-12: each source's passes cut to its quota, the positions dealt by P(x_0(k), L)."""
+    k = ref_mix64(ref_mix64(seed) ^ epoch)
+    quotas = ref_quotas(weights, length)
+    lists = []
+    for s, (n, c) in enumerate(zip(sizes, quotas, strict=True)):
+        source_key = ref_stream(k, s + 1)
+        taken: list[int] = []
+        j = 0
+        while len(taken) < c:
+            state = ref_stream(source_key, j)
+            one = (reference_permutation_from_state(state, n)
+                   if factors is None or factors[s] is None
+                   else ref_repeat_order(factors[s], state))
+            taken += one[: c - len(taken)]
+            j += 1
+        lists.append([sum(sizes[:s]) + i for i in taken])
+    labels = [s for s, c in enumerate(quotas) for _ in range(c)]
+    used = [0] * len(sizes)
+    out = []
+    for t in reference_permutation_from_state(ref_stream(k, 0), length):
+        s = labels[t]
+        out.append(lists[s][used[s]])
+        used[s] += 1
+    return out
+
+
+def presence(image_classes):
+    images = [i for i, cl in enumerate(image_classes) for _ in cl]
+    classes = [c for cl in image_classes for c in cl]
+    return np.asarray(images, np.int64), np.asarray(classes, np.int64)
+
+
+# Golden vectors of SPEC §18.13 (O-13), computed by the scalar references above.
+RF_CLASSES = [[0], [0, 1], [], [2], [0], [0, 3, 3], [1], [0]]
+RF_FACTORS = [1.0, math.sqrt(2.0), 1.0, 2.0, 1.0, 2.0, math.sqrt(2.0), 1.0]
+RF_ORDER = [3, 1, 7, 5, 0, 5, 3, 4, 6, 2]  # threshold 0.5, state k(0, 0)
+QUOTAS = {((0.7, 0.2, 0.1), 10): [7, 2, 1], ((1, 1, 1), 10): [4, 3, 3],
+          ((0.5, 0.3, 0.2), 7): [4, 2, 1]}
+MIX_ORDER = [9, 0, 1, 3, 6, 7, 2, 4, 0, 1, 8, 2]  # sizes 3, 5, 2; weights .5 .3 .2; L 12; 1, 0
+MIX_RF_ORDER = [5, 10, 9, 8, 9, 1, 3, 1, 7, 10]  # sizes 8 (RF_FACTORS), 3; 1:1; L 10; 2, 1
+MIX_BIG = "f0298c0ab4c0bf94"  # sizes 1000, 300, 50; weights .5 .3 .2; L 2000; seed 123, ep 7
+RF_BIG = "09a39ae1213ef539"  # factors 1 + (i mod 7) / 4, i < 1000; state k(123, 7); L 1726
+
+
+def mixture(sizes, weights, length=None, factors=None):
+    sources = [MixtureSource(n) if factors is None or factors[k] is None
+               else MixtureSource(n, np.asarray(factors[k]), 0.5)
+               for k, n in enumerate(sizes)]
+    return MixtureOrder(sources, weights, length)
+
+
+def test_sampling_golden_vectors_from_scalar_references():
+    assert ref_repeat_factors(RF_CLASSES, 0.5) == RF_FACTORS
+    assert repeat_factors(*presence(RF_CLASSES), len(RF_CLASSES), 0.5).tolist() == RF_FACTORS
+    assert ref_repeat_order(RF_FACTORS, epoch_key(0, 0)) == RF_ORDER
+    assert repeat_factor_order(np.array(RF_FACTORS), epoch_key(0, 0)).tolist() == RF_ORDER
+    assert RepeatFactorOrder(np.array(RF_FACTORS), 0.5).epoch_order(0, 0).tolist() == RF_ORDER
+    for (weights, length), quotas in QUOTAS.items():
+        assert ref_quotas(list(weights), length) == quotas
+        assert mixture_quotas(weights, length) == quotas
+    assert ref_mixture([3, 5, 2], [0.5, 0.3, 0.2], 12, 1, 0) == MIX_ORDER
+    assert mixture([3, 5, 2], [0.5, 0.3, 0.2], 12).epoch_order(1, 0).tolist() == MIX_ORDER
+    assert ref_mixture([8, 3], [1, 1], 10, 2, 1, [RF_FACTORS, None]) == MIX_RF_ORDER
+    assert mixture([8, 3], [1, 1], 10, [RF_FACTORS, None]).epoch_order(2, 1).tolist() == \
+        MIX_RF_ORDER
+    big = ref_mixture([1000, 300, 50], [0.5, 0.3, 0.2], 2000, 123, 7)
+    assert sha(big)[:16] == MIX_BIG
+    assert sha(mixture([1000, 300, 50], [0.5, 0.3, 0.2], 2000).epoch_order(123, 7))[:16] == \
+        MIX_BIG
+    factors = [1 + (i % 7) / 4 for i in range(1000)]
+    rf = ref_repeat_order(factors, epoch_key(123, 7))
+    assert len(rf) == 1726 and sha(rf)[:16] == RF_BIG
+    assert sha(repeat_factor_order(np.array(factors), epoch_key(123, 7)))[:16] == RF_BIG
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_repeat_factors_and_order_equal_the_references(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 60))
+    image_classes = [rng.integers(0, 9, size=int(rng.integers(0, 4))).tolist() for _ in range(n)]
+    t = float(rng.choice([1e-3, 0.05, 0.3, 0.77, 1.0, 3.0]))
+    want = ref_repeat_factors(image_classes, t)
+    got = repeat_factors(*presence(image_classes), n, t)
+    assert got.tolist() == want  # bit for bit
+    state = epoch_key(seed, 3)
+    assert repeat_factor_order(got, state).tolist() == ref_repeat_order(want, state)
+
+
+def test_repeat_counts_round_stochastically_to_the_factor():
+    factors = np.array([1.0, 1.25, 1.5, 2.0, 2.75, 7.1])
+    counts = np.stack([repeat_counts(factors, epoch_key(4, e)) for e in range(4000)])
+    assert (counts >= np.floor(factors)).all() and (counts <= np.floor(factors) + 1).all()
+    assert (counts[:, [0, 3]] == [1, 2]).all()  # whole factors never round up
+    np.testing.assert_allclose(counts.mean(0), factors, atol=0.03)  # ~4 sigma at 4000 epochs
+    order = RepeatFactorOrder(factors, 0.1)
+    assert len({len(order.epoch_order(4, e)) for e in range(20)}) > 1  # its length varies
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_mixture_equals_the_reference(seed):
+    rng = np.random.default_rng(100 + seed)
+    k = int(rng.integers(1, 5))
+    sizes = rng.integers(0, 12, size=k).tolist()
+    sizes[0] = max(sizes[0], 1)
+    weights = [float(w) if n else 0.0 for w, n in zip(rng.random(k), sizes, strict=True)]
+    weights[0] = max(weights[0], 0.01)
+    length = int(rng.integers(0, 3 * sum(sizes) + 2))
+    got = mixture(sizes, weights, length).epoch_order(seed, 2).tolist()
+    assert got == ref_mixture(sizes, weights, length, seed, 2)
+    assert ref_quotas(weights, length) == mixture_quotas(weights, length)
+
+
+def test_mixture_proportions_and_passes_without_replacement():
+    sizes, weights = [500, 120, 40], [0.5, 0.3, 0.2]
+    mix = mixture(sizes, weights, 3000)
+    order = mix.epoch_order(7, 1)
+    source = np.searchsorted(np.cumsum(sizes), order, side="right")
+    assert np.bincount(source, minlength=3).tolist() == mix.quotas == [1500, 900, 600]
+    for window in np.split(source, 6):  # every sixth of the epoch is near the weights
+        share = np.bincount(window, minlength=3) / len(window)
+        assert np.abs(share - weights).max() < 0.05
+    for k, n in enumerate(sizes):  # each pass uses every sample once before any repeats
+        local = order[source == k] - sum(sizes[:k])
+        for p in range(0, len(local), n):
+            chunk = local[p : p + n]
+            assert len(np.unique(chunk)) == len(chunk)
+    counts = np.bincount(order, minlength=sum(sizes))
+    assert (counts[:500] == 3).all()  # source 0: exactly 3 passes
+    assert set(counts[500:620].tolist()) == {7, 8}  # source 1: 7.5 passes, each sample 7 or 8
+
+
+def test_mixture_defaults_and_errors():
+    assert mixture([4, 6], None).quotas == [4, 6]  # weights default to the sizes: one pass each
+    assert sorted(mixture([4, 6], None).epoch_order(0, 0).tolist()) == list(range(10))
+    assert mixture([4, 0, 6], [1, 0, 1], 10).quotas == [5, 0, 5]
+    for sizes, weights, length in [([3, 0], [1, 1], 4), ([3], [-1.0], 3), ([3], [math.nan], 3),
+                                   ([3, 2], [0, 0], 3), ([3, 2], [1], 3), ([3], [1], -1),
+                                   ([3], [True], 3), ([], [], 0)]:
+        with pytest.raises(UsageError):
+            mixture(sizes, weights, length)
+    for t in (0, -1.0, math.inf, math.nan, "0.1"):
+        with pytest.raises(UsageError):
+            repeat_factors(np.zeros(1, np.int64), np.zeros(1, np.int64), 1, t)
+    with pytest.raises(UsageError):
+        RepeatFactorOrder(np.array([0.5]), 0.1)  # a factor below 1
+
+
+@pytest.mark.parametrize("kind", ["mixture", "repeat_factor"])
+def test_sampling_orders_resume_on_another_world_size(kind):
+    """Stop after 3 batches of one rank, resume on 3 ranks with another batch size: the rest of
+    the epoch exactly once, in order; a different configuration is refused."""
+    factors = np.array([1 + (i % 5) / 3 for i in range(40)])
+    spec = (mixture([25, 9, 6], [0.6, 0.3, 0.1], 50) if kind == "mixture"
+            else RepeatFactorOrder(factors, 0.2))
+    one = Schedule(spec, batch_size=4, seed=5)
+    one.set_epoch(2)
+    first = [i for b in one.begin_epoch()[:3] for i in b.tolist()]
+    one.mark(3)
+    state = one.state_dict()
+    length = one.epoch_length()
+    ranks = []
+    for r in range(3):
+        s = Schedule(spec, batch_size=5, seed=0, rank=r, world_size=3, drop_last=False)
+        s.load_state_dict(state)
+        ranks.append(s.begin_epoch())
+    rest = [i for t in range(len(ranks[0])) for r in range(3) for i in ranks[r][t].tolist()]
+    assert first + rest[: length - 12] == spec.epoch_order(5, 2).tolist()
+    other = (mixture([25, 9, 6], [0.5, 0.3, 0.2], 50) if kind == "mixture"
+             else RepeatFactorOrder(factors, 0.3))
+    for wrong in (Schedule(other, batch_size=4), Schedule(OrderSpec(40), batch_size=4)):
+        if wrong.num_samples != state["num_samples"]:
+            continue
+        with pytest.raises(UsageError):
+            wrong.load_state_dict(state)
+    plain = Schedule(OrderSpec(one.num_samples), batch_size=4)
+    plain.set_epoch(1)
+    plain.mark(1)
+    with pytest.raises(UsageError):  # a plain state does not resume a sampling order
+        Schedule(spec, batch_size=4).load_state_dict(plain.state_dict())

@@ -37,8 +37,8 @@ HYP = SimpleNamespace(
 )
 
 
-def _train_loader(path, batch_size=4):
-    dataset = du.DetfmtYoloDataset(path, augment=True, hyp=HYP)
+def _train_loader(path, batch_size=4, hyp=HYP):
+    dataset = du.DetfmtYoloDataset(path, augment=True, hyp=hyp)
     return du.DetfmtYoloLoader(dataset, batch_size, imgsz=96, augment=True, seed=1, threads=1)
 
 
@@ -94,8 +94,30 @@ def test_validation_shares_of_ranks_cover_each_sample_once(chess_train, monkeypa
     shares = []
     for rank in range(3):
         monkeypatch.setattr(du, "_rank_and_world", lambda rank=rank: (rank, 3))
-        shares.extend(int(i) for b in du._SequentialBatches(ds, 2) for i in b.indices)
-    assert sorted(shares) == list(range(len(ds)))
+        dataset = du.DetfmtYoloDataset(chess_train, augment=False, hyp=HYP)
+        loader = du.DetfmtYoloLoader(dataset, 2, imgsz=64, augment=False, threads=2)
+        files = [f for out in loader for f in out["im_file"]]
+        assert len(files) == loader.samples_per_rank
+        shares.extend(dataset.im_files.index(f) for f in files)
+    assert shares == list(range(len(ds)))  # each sample once, the ranks' shares in order
+
+
+def test_training_batches_replay_after_a_resume(chess_train):
+    """Augmentation runs in the loader's threads, re-seeded per batch: a loader resumed from a
+    state saved mid-epoch yields the batches the uninterrupted run yields."""
+    hyp = SimpleNamespace(**{**vars(HYP), "mosaic": 0.0})  # no buffer of earlier batches
+    full = _train_loader(chess_train, hyp=hyp)
+    expected = [out["img"].clone() for out in full]
+    first = _train_loader(chess_train, hyp=hyp)
+    it = iter(first)
+    head = [next(it)["img"].clone()]
+    state = first.state_dict()
+    it.close()
+    second = _train_loader(chess_train, hyp=hyp)
+    second.load_state_dict(state)
+    got = head + [out["img"] for out in second]
+    assert len(got) == len(expected) > 1
+    assert all(torch.equal(a, b) for a, b in zip(got, expected, strict=True))
 
 
 def test_close_mosaic_rebuilds_the_pipeline_without_mosaic(chess_train):
@@ -126,8 +148,11 @@ def _rows(path):
 
 def test_recipe_trains_and_validates_from_a_split_root(chess_root, tmp_path):
     torch.manual_seed(0)
+    # nbs=4: an optimizer step per batch (the default nominal batch of 64 accumulates 16
+    # batches, more than 5 epochs of the 8-image sample hold: the weights would never move)
     options = dict(
-        device="cpu", workers=1, warmup_epochs=0, lr0=0.02, amp=False, seed=0, verbose=False
+        device="cpu", workers=1, warmup_epochs=0, optimizer="SGD", lr0=0.02, nbs=4, amp=False,
+        seed=0, verbose=False,
     )
     ns = run_recipe(
         "ultralytics",

@@ -1,0 +1,33 @@
+"""Thread budgets of the threads detfmt starts (the loader's workers), per thread.
+
+A trainer's ``torch.set_num_threads`` (Ultralytics sets 1) must not decide how fast the loader
+augments, and the loader must not change the trainer's count. Both hold because the count is
+per thread here: torch's intra-op count is OpenMP's per-thread setting, and the budget below
+(read by the augmentation's CPU backend to size its per-sample pool) is thread-local. A thread
+the loader starts calls `configure_thread` once; every other thread keeps its own settings.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+
+__all__ = ["configure_thread", "thread_budget"]
+
+_local = threading.local()
+
+
+def configure_thread(threads: int) -> None:
+    """Give the calling thread ``threads`` torch intra-op threads and the same budget for the
+    augmentation's per-sample pool (`thread_budget`)."""
+    threads = max(1, int(threads))
+    _local.budget = threads
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)  # OpenMP: this thread's count only
+
+
+def thread_budget() -> int | None:
+    """The budget `configure_thread` gave this thread, or None (a thread detfmt did not start:
+    callers use torch's count of this thread)."""
+    return getattr(_local, "budget", None)
