@@ -70,6 +70,8 @@ def stop_pool(pool: ProcessPoolExecutor, *, kill: bool) -> None:
         pool.shutdown(wait=True)
         return
     workers = list((getattr(pool, "_processes", None) or {}).values())  # no public API (3.14+)
+    # (shutdown forgets the pool's queues: take the result pipe's write end first, see below)
+    writer = getattr(getattr(pool, "_result_queue", None), "_writer", None)
     pool.shutdown(wait=False, cancel_futures=True)
     for worker in workers:
         with contextlib.suppress(OSError, ValueError, AttributeError):
@@ -77,6 +79,12 @@ def stop_pool(pool: ProcessPoolExecutor, *, kill: bool) -> None:
     for worker in workers:
         with contextlib.suppress(OSError, ValueError, AttributeError, AssertionError):
             worker.join(timeout=5)
+    # A worker killed while writing a result leaves half a message in the result pipe, and the
+    # pool's manager thread would wait for the rest forever (then so would interpreter exit,
+    # which joins it). With the workers dead, our copy of the pipe's write end is the last one:
+    # closing it turns that wait into EOF, and the thread ends as for a broken pool.
+    with contextlib.suppress(OSError, AttributeError):
+        writer.close()
 
 
 _local = threading.local()

@@ -16,6 +16,7 @@ Overwriting removes only the old dataset's own members, and refuses a target hol
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import errno
 import os
@@ -274,17 +275,20 @@ class _Feed:
 
     def run(self, stream: Iterator[Outcome]) -> None:
         append = self.builder.append
-        for _, result in stream:
-            if not isinstance(result, Prepared):
-                if not self.skip:
-                    raise result
-                self._skipped(result)
-            else:
-                append(result)
-                if not self.warned and len(result.classes):
-                    self._track_normalized(result)
-            if self.bar is not None:
-                self.bar.update(1)
+        # closed on any exit: an error or Ctrl-C stops the worker pool now, not whenever the
+        # generator is collected (interpreter exit would wait for the pool's thread first)
+        with contextlib.closing(stream):  # type: ignore[type-var]
+            for _, result in stream:
+                if not isinstance(result, Prepared):
+                    if not self.skip:
+                        raise result
+                    self._skipped(result)
+                else:
+                    append(result)
+                    if not self.warned and len(result.classes):
+                        self._track_normalized(result)
+                if self.bar is not None:
+                    self.bar.update(1)
 
     def _skipped(self, error: errors.InvalidSampleError) -> None:
         self.skipped += 1
