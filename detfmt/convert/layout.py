@@ -24,7 +24,8 @@ from detfmt.convert.errors import ConversionError
 from detfmt.convert.report import ConversionReport
 from detfmt.errors import TargetExistsError
 
-__all__ = ["SPLITS_FILE", "SPLITS_FORMAT", "check_split_root", "read_splits", "write_splits_index"]
+__all__ = ["SPLITS_FILE", "SPLITS_FORMAT", "check_split_root", "read_splits", "write_split_counts",
+           "write_splits_index"]
 
 SPLITS_FILE = "splits.json"
 SPLITS_FORMAT = "detfmt-splits/1"
@@ -83,13 +84,20 @@ def _ours(name: str, splits: list[str]) -> bool:
 def write_splits_index(root: Path, reports: Mapping[str, ConversionReport],
                        source_format: str, source: str) -> Path:
     """Write ``splits.json`` (atomically) listing the written splits in order."""
+    return write_split_counts(root, {name: (report.images_kept, report.boxes_kept)
+                                     for name, report in reports.items()}, source_format, source)
+
+
+def write_split_counts(root: Path, counts: Mapping[str, tuple[int, int]], source_format: str,
+                       source: str) -> Path:
+    """Write ``splits.json`` (atomically) for splits ``{name: (images, boxes)}`` in order, each
+    stored at ``root/<name>`` (what `detfmt split` writes too)."""
     index = {
         "format": SPLITS_FORMAT,
         "source_format": source_format,
         "source": source,
-        "splits": {name: {"path": name, "images": report.images_kept,
-                          "boxes": report.boxes_kept}
-                   for name, report in reports.items()},
+        "splits": {name: {"path": name, "images": int(images), "boxes": int(boxes)}
+                   for name, (images, boxes) in counts.items()},
     }
     path = root / SPLITS_FILE
     temporary = root / f".{SPLITS_FILE}.{os.getpid()}.tmp"
