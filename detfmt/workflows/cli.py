@@ -98,7 +98,7 @@ def _cmd_merge(args: argparse.Namespace) -> int:
         args.parser.error("merge takes at least two sources and the destination: "
                           "detfmt merge A B DST")
     report = merge(args.paths[:-1], args.paths[-1], overwrite=args.overwrite,
-                   progress=_progress(args))
+                   progress=_progress(args), allow_overlap=args.allow_overlap)
     _print(report.lines())
     return 0
 
@@ -241,10 +241,14 @@ def register(commands: argparse._SubParsersAction) -> None:
     merge = commands.add_parser(
         "merge", help="merge datasets into one (classes matched by name)",
         description="The union of the sources' classes, matched by name (the mapping of each "
-        "source is printed); every sample of every source, payloads copied as stored.")
+        "source is printed); every sample of every source, payloads copied as stored. Split "
+        "roots merge split by split (train with train, val with val).")
     merge.add_argument("paths", nargs="+", metavar="PATH",
                        help="two or more source datasets, then the dataset to create: A B ... "
                        "DST")
+    merge.add_argument("--allow-overlap", action="store_true",
+                       help="split roots: merge even when one image lands in two splits "
+                       "(refused otherwise)")
     _output_options(merge)
     merge.set_defaults(run=_cmd_merge)
 

@@ -25,6 +25,7 @@ from detfmt import errors
 from detfmt.protocol import DatasetLike
 from detfmt.schema import ClassInfo
 from detfmt.workflows._copy import Source, opened, stored_samples
+from detfmt.workflows._splitroot import SplitsReport, for_each_split, located, split_index
 from detfmt.workflows.lineage import derived_metadata, merged_metadata, source_entry
 from detfmt.writer import StoredSample, WriteReport, write_stored
 
@@ -40,6 +41,11 @@ class MergePlan:
     box_fields: list[tuple[str, str]]
     max_side: int | None
     added_fields: list[list[str]]  # per source: fields it lacks (written as 0)
+
+    def subset(self, positions: Sequence[int]) -> MergePlan:
+        """The plan for some of the sources (the same output classes and fields)."""
+        return MergePlan(self.classes, [self.mappings[k] for k in positions], self.box_fields,
+                         self.max_side, [self.added_fields[k] for k in positions])
 
     def lines(self, locations: Sequence[str]) -> list[str]:
         names = [c.name for c in self.classes]
@@ -117,12 +123,17 @@ def merge(
     *,
     overwrite: bool = False,
     progress: bool | None = None,
-) -> MergeReport:
+    allow_overlap: bool = False,
+) -> MergeReport | SplitsReport[MergeReport]:
     """Write every sample of ``sources`` (in order) into a new dataset at ``dst``.
 
     Args:
-        sources: two or more dataset paths, URLs or opened datasets (any kind, any codec).
+        sources: two or more dataset paths, URLs or opened datasets (any kind, any codec); or
+            two or more split roots, whose splits of the same name are merged into a split
+            root at ``dst`` (one class list for every split).
         dst: the dataset directory to create.
+        allow_overlap: split roots: merge even when one image is in two splits (refused by
+            default: train and val must not share an image).
 
     Returns:
         a `MergeReport`: the class mapping of each source, samples per source, and how many
@@ -130,36 +141,100 @@ def merge(
 
     Raises:
         SchemaMismatchError: a per-box field with two dtypes.
-        UsageError: fewer than two sources, or a source is the destination.
+        UsageError: fewer than two sources, a source is the destination, or (split roots)
+            the same image would land in two splits (rule ``SPLIT_OVERLAP``).
     """
     if isinstance(sources, (str, os.PathLike)) or len(sources) < 2:
         raise errors.UsageError("merge needs at least two sources")
-    target = os.path.abspath(os.fspath(dst))
+    indexes = [split_index(source) for source in sources]
+    if all(index is not None for index in indexes):
+        return _merge_split_roots(sources, indexes, dst, overwrite, progress,  # type: ignore
+                                  allow_overlap)
+    if any(index is not None for index in indexes):
+        raise errors.UsageError("some sources are split roots (splits.json) and some are not: "
+                                "merge split roots together, or name one split (ROOT/train)")
     with contextlib.ExitStack() as stack:
         datasets = [stack.enter_context(opened(source)) for source in sources]
-        for ds in datasets:
-            if os.path.abspath(ds.location) == target and not overwrite:
-                raise errors.TargetExistsError("the destination is one of the sources",
-                                               path=target)
-        plan = plan_merge(datasets)
-        checksums = array.array("Q")
+        return _merge(datasets, plan_merge(datasets), dst, overwrite, progress)
 
-        def records() -> Iterator[StoredSample]:
-            for ds, mapping in zip(datasets, plan.mappings, strict=True):
-                for record in stored_samples(ds, np.arange(len(ds)), class_map=mapping):
-                    checksums.append(record.checksum or 0)
-                    yield _fill(record, plan.box_fields)
 
-        metadata = derived_metadata(
-            merged_metadata([ds.metadata for ds in datasets]), "merge", {},
-            [source_entry(ds) for ds in datasets], sum(len(ds) for ds in datasets),
-            _merged_supercategories(datasets))
-        report = write_stored(records(), dst, classes=plan.classes, box_fields=plan.box_fields,
-                              max_side=plan.max_side, metadata=metadata, overwrite=overwrite,
-                              progress=progress)
-        return MergeReport(path=report.path, sources=[ds.location for ds in datasets],
-                           samples_per_source=[len(ds) for ds in datasets], plan=plan,
-                           identical_payloads=_repeats(checksums), write=report)
+def _merge_split_roots(sources: Sequence[Source], indexes: list[dict[str, str]],
+                       dst: str | os.PathLike[str], overwrite: bool, progress: bool | None,
+                       allow_overlap: bool) -> SplitsReport[MergeReport]:
+    """Splits of the same name merged together (a split only some sources have: from those),
+    with one class plan for all splits, made from each source's first split."""
+    names = list(dict.fromkeys(name for index in indexes for name in index))
+    with contextlib.ExitStack() as stack:
+        firsts = [stack.enter_context(opened(located(source, next(iter(index)))))
+                  for source, index in zip(sources, indexes, strict=True)]
+        plan = plan_merge(firsts)
+        class_lists = [ds.class_names for ds in firsts]
+    if not allow_overlap:
+        _refuse_overlap(sources, indexes, names)
+
+    def run(name: str, out: Path) -> MergeReport:
+        present = [k for k, index in enumerate(indexes) if name in index]
+        with contextlib.ExitStack() as stack:
+            datasets = [stack.enter_context(opened(located(sources[k], name))) for k in present]
+            for k, ds in zip(present, datasets, strict=True):
+                if ds.class_names != class_lists[k]:
+                    raise errors.SchemaMismatchError(
+                        f"split {name!r} has other classes than the source's other splits",
+                        path=ds.location)
+            return _merge(datasets, plan.subset(present), out, overwrite, progress,
+                          {"card.split": name})
+
+    return for_each_split(names, dst, overwrite, run, ", ".join(map(os.fspath, sources)),
+                          lambda r: (r.samples, r.write.num_boxes))
+
+
+def _refuse_overlap(sources: Sequence[Source], indexes: list[dict[str, str]],
+                    names: list[str]) -> None:
+    """Refuse a merge that would put one image into two splits (train/val leakage): the same
+    payload (checksum) in splits of different names, from any sources."""
+    owner: dict[int, str] = {}
+    for name in names:
+        for source, index in zip(sources, indexes, strict=True):
+            if name not in index:
+                continue
+            with opened(located(source, name)) as ds:
+                for i in range(len(ds)):
+                    checksum = ds.payload_checksum(i)
+                    first = owner.setdefault(checksum, name)
+                    if first != name:
+                        raise errors.UsageError(
+                            f"the same image is in split {first!r} of one source and in split "
+                            f"{name!r} of {ds.location} (sample {i}): merging would mix the "
+                            "splits; pass allow_overlap=True to merge anyway",
+                            rule="SPLIT_OVERLAP")
+
+
+def _merge(datasets: list[DatasetLike], plan: MergePlan, dst: str | os.PathLike[str],
+           overwrite: bool, progress: bool | None, updates: dict[str, str] | None = None
+           ) -> MergeReport:
+    target = os.path.abspath(os.fspath(dst))
+    for ds in datasets:
+        if os.path.abspath(ds.location) == target and not overwrite:
+            raise errors.TargetExistsError("the destination is one of the sources",
+                                           path=target)
+    checksums = array.array("Q")
+
+    def records() -> Iterator[StoredSample]:
+        for ds, mapping in zip(datasets, plan.mappings, strict=True):
+            for record in stored_samples(ds, np.arange(len(ds)), class_map=mapping):
+                checksums.append(record.checksum or 0)
+                yield _fill(record, plan.box_fields)
+
+    metadata = derived_metadata(
+        merged_metadata([ds.metadata for ds in datasets]), "merge", {},
+        [source_entry(ds) for ds in datasets], sum(len(ds) for ds in datasets),
+        {**_merged_supercategories(datasets), **(updates or {})})
+    report = write_stored(records(), dst, classes=plan.classes, box_fields=plan.box_fields,
+                          max_side=plan.max_side, metadata=metadata, overwrite=overwrite,
+                          progress=progress)
+    return MergeReport(path=report.path, sources=[ds.location for ds in datasets],
+                       samples_per_source=[len(ds) for ds in datasets], plan=plan,
+                       identical_payloads=_repeats(checksums), write=report)
 
 
 def _repeats(checksums: array.array) -> int:

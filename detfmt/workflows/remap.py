@@ -28,6 +28,7 @@ from detfmt.workflows._copy import (
     opened,
     resolve_class,
 )
+from detfmt.workflows._splitroot import SplitsReport, for_each_split, located, split_index
 from detfmt.workflows.lineage import derived_metadata, source_entry
 from detfmt.writer import WriteReport
 
@@ -101,8 +102,9 @@ def remap(
     allow_empty: bool = False,
     overwrite: bool = False,
     progress: bool | None = None,
-) -> RemapReport:
-    """Write ``src`` with its classes merged, renamed or dropped into a new dataset at ``dst``.
+) -> RemapReport | SplitsReport[RemapReport]:
+    """Write ``src`` with its classes merged, renamed or dropped into a new dataset at ``dst``
+    (a split root: every split, into a split root at ``dst``).
 
     Args:
         src: a dataset path, URL or opened dataset (any kind).
@@ -115,6 +117,14 @@ def remap(
         a `RemapReport` with the mapping applied. Payloads and every other field are copied as
         stored (`detfmt.writer.write_stored`).
     """
+    drop = [drop] if isinstance(drop, (str, bytes)) else list(drop)
+    names = split_index(src)
+    if names is not None:  # every split, into a split root (one class list for all)
+        return for_each_split(
+            list(names), dst, overwrite, lambda name, out: remap(
+                located(src, name), out, mapping, drop=drop, drop_images=drop_images,
+                allow_empty=allow_empty, overwrite=overwrite, progress=progress),
+            os.fspath(src), lambda r: (r.samples, r.boxes))  # type: ignore[arg-type]
     with opened(src) as ds:
         class_map, new_names, renamed = plan_remap(ds.class_names, dict(mapping or {}), drop,
                                                    ds.location)

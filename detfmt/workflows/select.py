@@ -32,6 +32,13 @@ from detfmt.workflows._copy import (
     opened,
     resolve_class,
 )
+from detfmt.workflows._splitroot import (
+    SplitsReport,
+    for_each_split,
+    located,
+    refuse_per_split,
+    split_index,
+)
 from detfmt.workflows.lineage import derived_metadata, source_entry
 from detfmt.writer import WriteReport
 
@@ -121,11 +128,12 @@ def filter_dataset(
     allow_empty: bool = False,
     overwrite: bool = False,
     progress: bool | None = None,
-) -> FilterReport:
+) -> FilterReport | SplitsReport[FilterReport]:
     """Write the samples of ``src`` that pass the criteria into a new dataset at ``dst``.
 
     Payloads are copied byte for byte and every per-box and per-image field is kept (see
-    `detfmt.writer.write_stored`); ``dst`` records the step in its card's lineage.
+    `detfmt.writer.write_stored`); ``dst`` records the step in its card's lineage. A split
+    root (``splits.json``) is filtered split by split into a split root at ``dst``.
 
     Args:
         src: a dataset path, URL or opened dataset (any kind).
@@ -141,6 +149,15 @@ def filter_dataset(
     Raises:
         UsageError: an unknown class, an index out of range, an empty result...
     """
+    names = split_index(src)
+    if names is not None:  # every split, into a split root
+        refuse_per_split("indices", indices)
+        return for_each_split(
+            list(names), dst, overwrite, lambda name, out: filter_dataset(
+                located(src, name), out, classes=classes, min_boxes=min_boxes,
+                file_names=file_names, drop=drop, allow_empty=allow_empty,
+                overwrite=overwrite, progress=progress),
+            os.fspath(src), lambda r: (r.samples, r.boxes))  # type: ignore[arg-type]
     with opened(src) as ds:
         selection = select_indices(ds, classes=classes, min_boxes=min_boxes, indices=indices,
                                    file_names=file_names, drop=drop)

@@ -11,7 +11,7 @@ import pytest
 import detfmt
 from detfmt.cli import main
 from detfmt.errors import SchemaMismatchError, UsageError
-from detfmt.workflows import filter_dataset, merge, remap
+from detfmt.workflows import filter_dataset, merge, remap, split
 from tests.workflows.conftest import labels_by_name, payloads_by_name
 
 
@@ -110,3 +110,38 @@ def test_append_grows_a_root_and_an_earlier_reader_keeps_reading(chess_sample, c
         assert bytes(grown.payload(16)) == bytes(detfmt.open(chess_sample).payload(0))
     assert detfmt.verify(root).ok
     assert main(["append", str(root), str(tmp_path / "missing")]) == 2
+
+
+def test_split_roots_stay_split_through_filter_remap_and_merge(coco128, tmp_path, capsys):
+    """A split root in, a split root out: train and val never mix, one class list for all."""
+    root = tmp_path / "root"
+    split(coco128, root, val=0.25, seed=2)
+    assert main(["filter", str(root), str(tmp_path / "people"), "--classes", "person",
+                 "--drop-boxes", "--min-boxes", "1"]) == 0
+    assert main(["remap", str(root), str(tmp_path / "renamed"), "--map", "person=human",
+                 "--drop", "car"]) == 0
+    assert main(["merge", str(tmp_path / "people"), str(tmp_path / "renamed"),
+                 str(tmp_path / "merged")]) == 0
+    for name in ("train", "val"):
+        source = payloads_by_name(root / name)
+        people = labels_by_name(tmp_path / "people" / name)
+        assert set(people) <= set(source)
+        assert all(rows and all(r[0] == "person" for r in rows) for rows in people.values())
+        merged = payloads_by_name(tmp_path / "merged" / name)
+        assert set(merged) == set(source)  # the union of two subsets of the same split
+        with detfmt.open(tmp_path / "merged", split=name) as ds:
+            assert ds.class_names[0] == "person" and "human" in ds.class_names
+            assert ds.class_names.count("car") == 0  # dropped by the remap, absent in people
+            assert ds.metadata["card.split"] == name
+    assert main(["info", str(tmp_path / "merged" / "val")]) == 0
+    assert "merge -> " in capsys.readouterr().out  # the lineage, shown by info
+    other = tmp_path / "other"
+    split(coco128, other, val=0.25, seed=3)  # another seed: some val images are train here
+    with pytest.raises(UsageError, match="mix the splits") as caught:
+        merge([root, other], tmp_path / "leak")
+    assert caught.value.rule == "SPLIT_OVERLAP" and not (tmp_path / "leak").exists()
+    merge([root, other], tmp_path / "leak", allow_overlap=True)
+    with pytest.raises(UsageError, match="split roots"):
+        merge([root, coco128], tmp_path / "mixed")
+    with pytest.raises(UsageError, match="one split"):
+        filter_dataset(root, tmp_path / "x", indices=[0])
