@@ -219,11 +219,14 @@ def _merged(schema: Schema, other: Schema, source: str) -> Schema:
     names, theirs = [c.name for c in schema.classes], [c.name for c in other.classes]
     if names != theirs:
         missing = [n for n in theirs if n not in names]
+        lacking = [n for n in names if n not in theirs]
         hint = (f"classes {missing} are not in the root" if missing
+                else f"the source lacks {lacking}" if lacking
                 else "the same classes in another order")
         raise SchemaMismatchError(
             f"classes differ from the root's ({hint}): the root has {names}, the source "
-            f"{theirs}; remap the source's classes first (detfmt remap)", path=source)
+            f"{theirs}; give the source the root's class list first (detfmt remap SRC NEW "
+            "--classes-from ROOT)", path=source)
     ids = [(c.name, c.source_id) for c in schema.classes]
     if ids != [(c.name, c.source_id) for c in other.classes]:
         raise SchemaMismatchError(

@@ -82,11 +82,13 @@ def _cmd_remap(args: argparse.Namespace) -> int:
 
     mapping = parse_mapping(args.map or [])
     drop = _names(args.drop) or []
-    if not mapping and not drop:
-        args.parser.error("nothing to do: pass --map OLD=NEW and/or --drop NAME")
+    if not mapping and not drop and not args.order and not args.classes_from:
+        args.parser.error("nothing to do: pass --map OLD=NEW, --drop NAME, --order or "
+                          "--classes-from")
+    order = _names(args.order)
     report = remap(args.src, args.dst, mapping, drop=drop, drop_images=args.drop_images,
-                   allow_empty=args.allow_empty, overwrite=args.overwrite,
-                   progress=_progress(args))
+                   order=order, classes_from=args.classes_from, allow_empty=args.allow_empty,
+                   overwrite=args.overwrite, progress=_progress(args))
     _print(report.lines())
     return 0
 
@@ -233,6 +235,13 @@ def register(commands: argparse._SubParsersAction) -> None:
                        help="remove these classes (repeatable)")
     remap.add_argument("--drop-images", action="store_true",
                        help="remove the images holding a dropped class, not only its boxes")
+    classes = remap.add_mutually_exclusive_group()
+    classes.add_argument("--order", action="append", metavar="A,B,C",
+                         help="the output's class list in this order (every remaining class, "
+                         "plus any names without boxes) (default: first appearance)")
+    classes.add_argument("--classes-from", metavar="DS",
+                         help="take the class list (names and source ids) of dataset DS, e.g. "
+                         "the sharded root you will append to")
     remap.add_argument("--allow-empty", action="store_true",
                        help="write even when no sample remains (refused otherwise)")
     _output_options(remap)

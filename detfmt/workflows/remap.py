@@ -4,8 +4,9 @@
 into it, a class sent to a new name is renamed, a class not named keeps its name. ``drop``
 removes classes: their boxes go (``drop_images=True``: the images holding them go instead).
 The output's classes are the target names in the order they first appear when the source's
-classes are read in id order; a class keeps its source id (e.g. the COCO category id) when it
-stems from exactly one source class.
+classes are read in id order, or the class list asked for (``order``, or ``classes_from``
+another dataset, e.g. the sharded root to append to); a class keeps its source id (e.g. the COCO
+category id) when it stems from exactly one source class.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -99,6 +100,8 @@ def remap(
     *,
     drop: Iterable[str] = (),
     drop_images: bool = False,
+    order: Sequence[str] | None = None,
+    classes_from: Source | None = None,
     allow_empty: bool = False,
     overwrite: bool = False,
     progress: bool | None = None,
@@ -111,6 +114,11 @@ def remap(
         mapping: {source class name (or id): new name}; classes not named keep theirs.
         drop: classes (names or ids) whose boxes are removed.
         drop_images: remove the images holding a dropped class instead of only their boxes.
+        order: the output's class list, in this order: every class that remains must be in it;
+            names no box has are kept as classes without boxes.
+        classes_from: a dataset (path, URL, opened) whose class list (names and source ids) the
+            output takes, as ``order`` does: what ``detfmt append`` needs to add this dataset
+            to that root.
         allow_empty: write even when no sample remains.
 
     Returns:
@@ -123,11 +131,13 @@ def remap(
         return for_each_split(
             list(names), dst, overwrite, lambda name, out: remap(
                 located(src, name), out, mapping, drop=drop, drop_images=drop_images,
-                allow_empty=allow_empty, overwrite=overwrite, progress=progress),
+                order=order, classes_from=classes_from, allow_empty=allow_empty,
+                overwrite=overwrite, progress=progress),
             os.fspath(src), lambda r: (r.samples, r.boxes))  # type: ignore[arg-type]
     with opened(src) as ds:
         class_map, new_names, renamed = plan_remap(ds.class_names, dict(mapping or {}), drop,
                                                    ds.location)
+        reference = _reference_classes(order, classes_from)
         indices = np.arange(len(ds), dtype=np.int64)
         if drop_images and (class_map < 0).any():
             keep = np.ones(len(ds), bool)
@@ -138,9 +148,13 @@ def remap(
             indices = np.flatnonzero(keep).astype(np.int64)
         check_not_empty(len(indices), "the remap", allow_empty, "drop fewer classes")
         classes = _new_classes(ds.schema.classes, class_map, new_names)
+        if reference is not None:
+            class_map, classes = _reordered(class_map, classes, reference)
+            new_names = [c.name for c in classes]
         args = {"map": {k: v for k, v in renamed.items() if v is not None and v != k},
                 "drop": [k for k, v in renamed.items() if v is None],
-                "drop_images": drop_images}
+                "drop_images": drop_images,
+                "order": new_names if reference is not None else None}
         metadata = derived_metadata(ds.metadata, "remap", args, [source_entry(ds)],
                                     len(indices), _supercategories(ds.metadata, renamed))
         report = copy_samples(ds, indices, dst, classes=classes, metadata=metadata,
@@ -149,6 +163,44 @@ def remap(
                            source_samples=len(ds), samples=report.num_samples,
                            source_boxes=int(np.sum(ds.counts)), boxes=report.num_boxes,
                            write=report)
+
+
+def _reference_classes(order: Sequence[str] | None, classes_from: Source | None
+                       ) -> list[ClassInfo] | None:
+    """The class list asked for: another dataset's (names and source ids), or names."""
+    if order is not None and classes_from is not None:
+        raise errors.UsageError("pass order or classes_from, not both")
+    if classes_from is not None:
+        with opened(classes_from) as other:
+            return list(other.schema.classes)
+    if order is None:
+        return None
+    if isinstance(order, (str, bytes)):
+        raise errors.UsageError(f"order must be a list of class names, not the string "
+                                f"{order!r}")
+    names = [str(name) for name in order]
+    if len(set(names)) != len(names) or not names:
+        raise errors.UsageError(f"order must name distinct classes, got {names}")
+    return [ClassInfo(name=name) for name in names]
+
+
+def _reordered(class_map: np.ndarray, classes: list[ClassInfo], reference: list[ClassInfo]
+               ) -> tuple[np.ndarray, list[ClassInfo]]:
+    """Move the remapped classes onto ``reference``'s positions (names matched); a reference
+    entry without its own source id takes the remapped class's."""
+    position = {info.name: k for k, info in enumerate(reference)}
+    missing = [info.name for info in classes if info.name not in position]
+    if missing:
+        raise errors.UsageError(f"classes {missing} are not in the class list asked for "
+                                f"({[c.name for c in reference][:20]}): map or drop them")
+    moved = np.array([position[info.name] for info in classes], np.int64)
+    result = list(reference)
+    for info in classes:
+        k = position[info.name]
+        if result[k].source_id is None and info.source_id is not None and not any(
+                c.source_id == info.source_id for c in result):
+            result[k] = ClassInfo(name=info.name, source_id=info.source_id)
+    return np.where(class_map >= 0, moved[np.maximum(class_map, 0)], -1), result
 
 
 def _new_classes(old: list[ClassInfo], class_map: np.ndarray, names: list[str]

@@ -63,6 +63,8 @@ class SplitReport:
 def split_sizes(n: int, val: float, test: float | None = None) -> dict[str, int]:
     """Samples per split for ``n`` samples: a fraction (0 < F < 1) is rounded (at least 1
     sample), an integer >= 1 is a count; train takes the rest and must keep one."""
+    if n < 2:
+        raise errors.UsageError(f"the dataset has {n} sample(s): a split needs at least 2")
     sizes = {"val": _size(n, val, "val")}
     if test is not None:
         sizes["test"] = _size(n, test, "test")

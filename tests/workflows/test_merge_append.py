@@ -145,3 +145,30 @@ def test_split_roots_stay_split_through_filter_remap_and_merge(coco128, tmp_path
         merge([root, coco128], tmp_path / "mixed")
     with pytest.raises(UsageError, match="one split"):
         filter_dataset(root, tmp_path / "x", indices=[0])
+
+
+def test_remap_to_a_roots_class_list_then_append(chess_sample, chess_coco, tmp_path, capsys):
+    """A source with fewer classes, in another order, takes the root's class list (names and
+    source ids) with remap --classes-from, and then appends."""
+    root = tmp_path / "root"
+    assert main(["append", str(root), str(chess_coco)]) == 0
+    subset = tmp_path / "subset"
+    filter_dataset(chess_sample, subset, classes=["white-rook", "black-pawn"], drop="boxes")
+    with detfmt.open(subset) as ds:
+        assert ds.class_names == ["black-pawn", "white-rook"]
+    assert main(["append", str(root), str(subset)]) != 0
+    assert "lacks" in capsys.readouterr().err
+    assert main(["remap", str(subset), str(tmp_path / "fitted"), "--classes-from",
+                 str(root)]) == 0
+    with detfmt.open(tmp_path / "fitted") as fitted, detfmt.open(root) as grown:
+        assert fitted.schema.classes == grown.schema.classes
+    assert labels_by_name(tmp_path / "fitted") == labels_by_name(subset)
+    assert main(["append", str(root), str(tmp_path / "fitted")]) == 0
+    with detfmt.open(root) as grown:
+        assert len(grown) == 16 + 8
+    remap(subset, tmp_path / "ordered", order=["x", "white-rook", "y", "black-pawn"])
+    with detfmt.open(tmp_path / "ordered") as ds:
+        assert ds.class_names == ["x", "white-rook", "y", "black-pawn"]
+    assert labels_by_name(tmp_path / "ordered") == labels_by_name(subset)
+    with pytest.raises(UsageError, match="not in the class list"):
+        remap(subset, tmp_path / "bad", order=["white-rook"])
