@@ -15,6 +15,7 @@ must match the declared height and width, so a copy never publishes an image tha
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -164,6 +165,9 @@ def _fields(item: StoredSample, index: int, count: int, rules: Rules) -> tuple[n
 def _orig_size(value: Any, stored: tuple[int, int], index: int) -> tuple[int, int]:
     if value is None:
         return stored
+    if type(value) is tuple and len(value) == 2 and type(value[0]) is int and \
+            type(value[1]) is int and 1 <= value[0] < 1 << 32 and 1 <= value[1] < 1 << 32:
+        return value  # the common case (a copy): plain ints in range
     try:
         oh, ow = (int(v) for v in np.asarray(value).reshape(2))
     except (TypeError, ValueError) as error:
@@ -178,6 +182,9 @@ def _orig_size(value: Any, stored: tuple[int, int], index: int) -> tuple[int, in
 def _scale_offset(value: Any, index: int) -> tuple[float, float, float, float]:
     if value is None:
         return _IDENTITY
+    if type(value) is tuple and len(value) == 4 and all(type(v) is float for v in value) and \
+            all(map(math.isfinite, value)) and value[0] > 0 and value[1] > 0:
+        return value  # the common case (a copy): plain finite floats, positive scales
     try:
         array = np.asarray(value, np.float64).reshape(4)
     except (TypeError, ValueError) as error:

@@ -69,7 +69,8 @@ def box_field_specs(ds: DatasetLike) -> list[tuple[str, str]]:
 
 
 class _ImageFields:
-    """Per-image fields of a dataset, read as whole arrays once (when the dataset has them)."""
+    """Per-image fields of a dataset, read as whole arrays once (when the dataset has them)
+    and handed out per block as plain Python values."""
 
     def __init__(self, ds: DatasetLike) -> None:
         fields = set(ds.schema.image_fields)
@@ -81,14 +82,17 @@ class _ImageFields:
                        else None)
         self.names = "file_name" in fields
 
-    def of(self, i: int) -> dict[str, Any]:
-        return {
-            "orig_size": None if self.orig is None else tuple(int(v) for v in self.orig[i]),
-            "scale_offset": None if self.scale is None else
-            tuple(float(v) for v in self.scale[i]),
-            "source_id": -1 if self.source is None else int(self.source[i]),
-            "file_name": self.ds.string_field("file_name", i) if self.names else "",
-        }
+    def block(self, rows: np.ndarray) -> list[dict[str, Any]]:
+        """The fields of samples ``rows`` as keyword arguments of `StoredSample`."""
+        n = len(rows)
+        orig = [None] * n if self.orig is None else [tuple(v) for v in self.orig[rows].tolist()]
+        scale = [None] * n if self.scale is None else \
+            [tuple(v) for v in self.scale[rows].tolist()]
+        source = [-1] * n if self.source is None else self.source[rows].tolist()
+        names = [self.ds.string_field("file_name", i) for i in rows.tolist()] if self.names \
+            else [""] * n
+        return [{"orig_size": o, "scale_offset": s, "source_id": d, "file_name": f}
+                for o, s, d, f in zip(orig, scale, source, names, strict=True)]
 
 
 def stored_samples(
@@ -110,6 +114,8 @@ def stored_samples(
     sizes = np.asarray(ds.sizes)
     names = [f.name for f in ds.schema.box_fields] if fields is None else list(fields)
     for labels in label_blocks(ds, idx):
+        extra = images.block(labels.indices)
+        heights_widths = sizes[labels.indices].tolist()
         for row, i in enumerate(labels.indices.tolist()):
             keep = labels.mask[row]
             classes = labels.classes[row][keep]
@@ -120,10 +126,10 @@ def stored_samples(
                 kept = mapped >= 0
                 classes, boxes = mapped[kept].astype(np.int32), boxes[kept]
                 values = {name: array[kept] for name, array in values.items()}
-            height, width = (int(v) for v in sizes[i])
+            height, width = heights_widths[row]
             yield StoredSample(payload=ds.payload(i), codec=ds.codec(i), height=height,
                                width=width, boxes=boxes, classes=classes, box_fields=values,
-                               checksum=ds.payload_checksum(i), **images.of(i))
+                               checksum=ds.payload_checksum(i), **extra[row])
 
 
 def copy_samples(
