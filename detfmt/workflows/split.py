@@ -29,6 +29,7 @@ import xxhash
 from detfmt import errors
 from detfmt.protocol import DatasetLike
 from detfmt.workflows._copy import Source, copy_samples, label_blocks, opened
+from detfmt.workflows._splitroot import split_index
 from detfmt.workflows._stratify import assign_stratified, deviation
 from detfmt.workflows.lineage import derived_metadata, source_entry
 from detfmt.writer import WriteReport
@@ -195,6 +196,11 @@ def split(
     from detfmt.convert.layout import check_split_root, write_split_counts
 
     root = Path(os.path.abspath(os.fspath(out)))
+    index = split_index(src)
+    if index is not None:
+        first = next(iter(index), "train")
+        raise errors.UsageError(f"{os.fspath(src)} is split already (splits {list(index)}): "
+                                f"split one of them, e.g. {os.path.join(os.fspath(src), first)}")
     with opened(src) as ds:
         parts = split_indices(ds, val=val, test=test, seed=seed, stratify=stratify)
         check_split_root(root, list(parts), overwrite)

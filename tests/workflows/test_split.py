@@ -160,6 +160,8 @@ def test_split_cli_is_deterministic_and_refuses_foreign_targets(chess_sample, tm
     assert main(["split", str(chess_sample), str(tmp_path / "a"), "--val", "0.5",
                  "--overwrite"]) == 0
     assert len(detfmt.open(tmp_path / "a", split="val")) == 4
+    assert main(["split", str(tmp_path / "a"), str(tmp_path / "c"), "--val", "0.5"]) == 2
+    assert "split already" in capsys.readouterr().err  # a split root: split one split
 
 
 @pytest.mark.parametrize("val,test", [(0.0, None), (1.5, None), (8, None), (0.5, 0.5),
