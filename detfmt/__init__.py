@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from detfmt.errors import (
     CacheError,
+    ClassNamesMismatchError,
     CommitConflictError,
     DatasetChangedError,
     DatasetNotFoundError,
@@ -20,6 +21,7 @@ from detfmt.errors import (
     DetfmtError,
     FormatError,
     HeaderError,
+    IncompatibleDatasetsError,
     IntegrityError,
     InvalidSampleError,
     LabelError,
@@ -45,8 +47,10 @@ from detfmt.spec import FORMAT_VERSION
 from detfmt.version import __version__
 
 if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and IDEs
+    from detfmt._stored import StoredSample
     from detfmt._verify import VerifyReport, verify
     from detfmt.api import open_dataset as open
+    from detfmt.mixture import Mixture
     from detfmt.options import WriteOptions
     from detfmt.protocol import DatasetLike
     from detfmt.reader import Dataset
@@ -54,7 +58,7 @@ if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and
     from detfmt.schema import ClassInfo, Header
     from detfmt.shard.sharded import ShardedDataset
     from detfmt.shard.write import ShardMeta, commit, write_shard
-    from detfmt.writer import WriteReport, cleanup, write
+    from detfmt.writer import WriteReport, cleanup, write, write_stored
 
 #: public name -> (module, attribute); loaded on first access (PEP 562)
 _LAZY: dict[str, tuple[str, str | None]] = {
@@ -70,6 +74,10 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "ClassInfo": ("detfmt.schema", "ClassInfo"),
     "Header": ("detfmt.schema", "Header"),
     "write": ("detfmt.writer", "write"),
+    "write_stored": ("detfmt.writer", "write_stored"),
+    "StoredSample": ("detfmt._stored", "StoredSample"),
+    "Mixture": ("detfmt.mixture", "Mixture"),
+    "workflows": ("detfmt.workflows", None),
     "WriteOptions": ("detfmt.options", "WriteOptions"),
     "WriteReport": ("detfmt.writer", "WriteReport"),
     "cleanup": ("detfmt.writer", "cleanup"),
@@ -83,6 +91,7 @@ __all__ = [
     "FORMAT_VERSION",
     "CacheError",
     "ClassInfo",
+    "ClassNamesMismatchError",
     "CommitConflictError",
     "Dataset",
     "DatasetChangedError",
@@ -94,11 +103,13 @@ __all__ = [
     "FormatError",
     "Header",
     "HeaderError",
+    "IncompatibleDatasetsError",
     "IntegrityError",
     "InvalidSampleError",
     "LabelError",
     "LayoutError",
     "ManifestError",
+    "Mixture",
     "NormalizedBoxesWarning",
     "NotDetfmtError",
     "NumpyBatch",
@@ -110,6 +121,7 @@ __all__ = [
     "ShardChecksumError",
     "ShardMeta",
     "ShardedDataset",
+    "StoredSample",
     "TargetExistsError",
     "TargetLockedError",
     "TargetNotWritableError",
@@ -128,6 +140,7 @@ __all__ = [
     "verify",
     "write",
     "write_shard",
+    "write_stored",
 ]
 
 

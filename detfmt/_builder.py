@@ -280,7 +280,8 @@ class DatasetBuilder:
     def _header(self, classes: Sequence[ClassInfo], arrays: Sequence[_members.ArraySpec],
                 files: dict[str, FileInfo]) -> Header:
         fixed = None
-        if self.n and self.same_shape and self.options.codec == "raw" and self.shape:
+        if (self.n and self.same_shape and self.shape
+                and self.codec_counts[spec.CODEC_RAW] == self.n):  # SPEC §9.5: raw only
             fixed = (self.shape[0], self.shape[1], spec.CHANNELS)
         codecs = {spec.CODEC_NAMES[i]: c for i, c in enumerate(self.codec_counts) if c}
         return _members.build_header(classes=classes, options=self.options, n=self.n,

@@ -22,7 +22,7 @@ from detfmt import _codecs, _image, spec
 from detfmt.errors import InvalidSampleError
 from detfmt.options import WriteOptions
 
-__all__ = ["Prepared", "Rules", "needs_worker", "prepare"]
+__all__ = ["Prepared", "Rules", "check_box_fields", "check_labels", "needs_worker", "prepare"]
 
 #: Coordinates within this many pixels outside the image are float noise and are clamped silently.
 EDGE_TOLERANCE = 1e-3
@@ -337,6 +337,13 @@ def _check_inside(boxes: np.ndarray, height: int, width: int, index: int, clip: 
             f"box {k} {boxes[k].tolist()} lies outside the {width}x{height} image; fix the "
             "annotation or pass clip=True", rule="BOX_OUT_OF_IMAGE", index=index)
     return np.clip(boxes, 0.0, limits), int(rows.size)
+
+
+def check_box_fields(fields: Mapping[str, Any], index: int, count: int, rules: Rules
+                     ) -> tuple[np.ndarray, ...]:
+    """The declared per-box fields of one sample as (K,) arrays of their dtypes, in the
+    options' order (a missing field is zeros); raises naming the field that does not fit."""
+    return _box_fields(fields, index, count, rules)
 
 
 def _box_fields(sample: Mapping[str, Any], index: int, count: int, rules: Rules

@@ -7,7 +7,6 @@ so neither reader needs to know about the other.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from typing import Any
@@ -31,7 +30,24 @@ def is_sharded_root(path: str | os.PathLike[str]) -> bool:
 
 
 SPLITS_FILE = "splits.json"  # a converted dataset with several splits (docs/converters.md)
-_MAX_SPLITS_BYTES = 1 << 20
+SPLITS_FORMAT = "detfmt-splits/1"
+MAX_SPLITS_BYTES = 1 << 20
+
+
+def parse_split_index(data: bytes, where: str) -> dict[str, Any]:
+    """The one parser of ``splits.json`` (every reader of it calls this): the JSON profile of
+    SPEC §5.6, the format name, and a ``splits`` object whose paths are plain names (never a
+    path out of the root). Raises `FormatError` (rule SPLITS_INVALID)."""
+    from detfmt._json import parse_json
+
+    index = parse_json(data, path=where, limit=MAX_SPLITS_BYTES, rule="SPLITS_INVALID")
+    splits = index.get("splits")
+    if index.get("format") != SPLITS_FORMAT or not isinstance(splits, dict) or not all(
+            isinstance(entry, dict) and isinstance(entry.get("path"), str)
+            and _SPLIT.match(entry["path"]) for entry in splits.values()):
+        raise errors.FormatError(f"not a {SPLITS_FORMAT} index (a 'splits' object whose paths "
+                                 "are plain folder names)", rule="SPLITS_INVALID", path=where)
+    return index
 
 
 def read_split_index(path: str | os.PathLike[str]) -> dict[str, str] | None:
@@ -42,22 +58,13 @@ def read_split_index(path: str | os.PathLike[str]) -> dict[str, str] | None:
     storage = open_storage(path)
     where = storage.where(SPLITS_FILE)
     try:
-        data = storage.read(SPLITS_FILE, _MAX_SPLITS_BYTES)
+        data = storage.read(SPLITS_FILE, MAX_SPLITS_BYTES + 1)
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
         return None
     except OSError as error:
         raise errors.UsageError(f"cannot read the split index ({error})", path=where) from error
-    try:
-        index = json.loads(data)
-        splits = {str(name): str(entry["path"]) for name, entry in index["splits"].items()}
-    except (ValueError, KeyError, TypeError, AttributeError) as error:
-        raise errors.UsageError(f"{SPLITS_FILE} is not a split index: {error}", path=where
-                                ) from error
-    if len(data) > _MAX_SPLITS_BYTES or not all(
-            _SPLIT.match(p) for p in splits.values()):  # one plain name each, never a path
-        raise errors.UsageError(f"{SPLITS_FILE} names a split path that is not a plain name",
-                                path=where)
-    return splits
+    index = parse_split_index(data, where)
+    return {str(name): entry["path"] for name, entry in index["splits"].items()}
 
 
 def split_location(path: str | os.PathLike[str], split: str) -> str:
@@ -108,7 +115,8 @@ def open_dataset(path: str | os.PathLike[str], *, split: str | None = None,
         index = read_split_index(path)
         if index is not None:
             raise errors.UsageError(f"this folder holds several datasets (splits "
-                                    f"{sorted(index)}): open one with split=NAME", path=path)
+                                    f"{sorted(index)}): open one with split=NAME, or give "
+                                    "the split's own folder", path=path)
     from detfmt.reader import Dataset
 
     return Dataset(path, max_header_bytes=max_header_bytes)

@@ -26,7 +26,7 @@ from detfmt.protocol import DatasetLike
 
 #: Modules that add subcommands with a ``register(subparsers)`` function (imported lazily, and
 #: skipped when their optional dependencies are missing).
-PLUGINS = ("detfmt.convert.cli", "detfmt.shard.cli")
+PLUGINS = ("detfmt.convert.cli", "detfmt.shard.cli", "detfmt.workflows.cli")
 
 
 def _human(size: float) -> str:
@@ -250,8 +250,13 @@ def cli_spelling(text: str, parser: argparse.ArgumentParser | None) -> str:
         return text
     from detfmt.convert.cli import CLI_PHRASES
 
+    own = {option for action in parser._actions for option in action.option_strings}
     for phrase, spelled in CLI_PHRASES.items():
-        text = text.replace(phrase, spelled)
+        if spelled.split()[0] in own:  # only options this command has
+            text = text.replace(phrase, spelled)
+    if "split=NAME" in text and "--split" not in own:  # commands that take a path only
+        text = text.replace("open one with split=NAME, or give the split's own folder",
+                            "give one split's folder (ROOT/NAME)")
     for action in parser._actions:
         if not action.option_strings or action.dest in ("help", "version"):
             continue

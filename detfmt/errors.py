@@ -32,7 +32,8 @@ as ``__cause__``, never leaked.
         ├── InvalidSampleError              one input sample is invalid (names the index)
         ├── SampleIndexError (IndexError)   a sample index outside 0..N-1
         ├── TooManyBoxesError               a box cap (max_boxes) would drop valid boxes
-        └── ClassNamesMismatchError         mixed datasets whose class names do not agree
+        ├── ClassNamesMismatchError         mixed datasets whose class names do not agree
+        └── IncompatibleDatasetsError       valid datasets that cannot be combined as asked
 
     NormalizedBoxesWarning (UserWarning)    the writer's boxes look normalised to 0..1
 
@@ -54,6 +55,7 @@ __all__ = [
     "DetfmtError",
     "FormatError",
     "HeaderError",
+    "IncompatibleDatasetsError",
     "IntegrityError",
     "InvalidSampleError",
     "LabelError",
@@ -344,6 +346,14 @@ def _rebuild_too_many_boxes(message, count, max_boxes, rule, path, index):
 class NormalizedBoxesWarning(UserWarning):
     """Every box given to the writer lies within 0..1 on images of many pixels: they look
     normalised, while detfmt stores boxes in pixels (xyxy)."""
+
+
+class IncompatibleDatasetsError(UsageError):
+    """Valid datasets that cannot be combined as asked (appended to a root, merged, exported
+    as one YOLO dataset): other classes, or a per-box field of two dtypes. Not a broken
+    dataset, unlike `SchemaMismatchError` (a shard disagreeing with its own manifest, S-8)."""
+
+    default_rule = "DATASETS_INCOMPATIBLE"
 
 
 class ClassNamesMismatchError(UsageError):

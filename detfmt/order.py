@@ -533,12 +533,16 @@ class RepeatFactorOrder:
 
 
 class SubsetOrder:
-    """The same samples in the same order every epoch (not shuffled): e.g. one rank's
-    contiguous share of a validation set, so that the ranks together read each sample once."""
+    """Some of a dataset's samples: by default the same samples in the same order every epoch
+    (e.g. one rank's contiguous share of a validation set, so that the ranks together read each
+    sample once); with ``shuffle``, each epoch in the order O-3 gives ``len(indices)`` samples,
+    mapped through ``indices`` (a training subset, no copy of the dataset)."""
 
     order = "subset"
 
-    def __init__(self, num_samples: int, indices: Sequence[int] | np.ndarray) -> None:
+    def __init__(self, num_samples: int, indices: Sequence[int] | np.ndarray, *,
+                 shuffle: bool = False) -> None:
+        self.shuffle = bool(shuffle)
         self._total = _check_n(num_samples)
         self.indices = np.array(indices, dtype=np.int64).reshape(-1)
         if self.indices.size and (self.indices.min() < 0 or self.indices.max() >= self._total):
@@ -559,11 +563,13 @@ class SubsetOrder:
         return self._total
 
     def epoch_order(self, seed: int, epoch: int) -> np.ndarray:
+        if self.shuffle:
+            return self.indices[epoch_permutation(seed, epoch, int(self.indices.size))]
         return self.indices.copy()  # batches are views of it, handed out as writable tensors
 
     def config(self) -> dict[str, Any]:
         return {"order": self.order, "subset_length": int(self.indices.size),
-                "subset_sha256": self.digest}
+                "subset_sha256": self.digest, "subset_shuffle": self.shuffle}
 
     def configured(self, state: Mapping[str, Any]) -> SubsetOrder:
         _same(state, self.config())

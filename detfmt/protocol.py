@@ -88,6 +88,9 @@ class DatasetLike(Protocol):
         """The stored bytes of one sample as written (copies that keep payloads byte for
         byte)."""
 
+    def payload_checksum(self, index: int) -> int:
+        """The XXH3-64 stored for one sample's payload (copies check the bytes against it)."""
+
     def image_field(self, name: str) -> np.ndarray:
         """A per-image field of every sample: ``orig_size`` (N, 2), ``scale_offset`` (N, 4),
         ``source_id`` (N,)."""

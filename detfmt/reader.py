@@ -418,6 +418,10 @@ class Dataset(EpochIteration):
         start = int(self.offsets[i])
         return memoryview(self.blob[start : start + int(self.nbytes[i])])
 
+    def payload_checksum(self, index: int) -> int:
+        """The XXH3-64 stored for one sample's payload (a copy checks the bytes against it)."""
+        return int(self.index["checksum"][self._row(index)])
+
     def decode_into(self, index: int, out: np.ndarray) -> None:
         """Decode sample ``index`` into ``out``, an (H, W, 3) uint8 array or view."""
         i = self._row(index)

@@ -24,7 +24,7 @@ import socket
 import sys
 import time
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +33,13 @@ from detfmt._builder import DatasetBuilder
 from detfmt._cleanup import CleanupReport, cleanup
 from detfmt._prepare import Prepared, Rules
 from detfmt._sink import DirectorySink, ShardSink
+from detfmt._stored import StoredSample, prepare_stored
 from detfmt._stream import Outcome, prepared_stream
 from detfmt.options import WriteOptions
 from detfmt.schema import ClassInfo, Header
 
-__all__ = ["CleanupReport", "ShardBuild", "WriteReport", "build_shard", "cleanup", "write"]
+__all__ = ["CleanupReport", "ShardBuild", "StoredSample", "WriteReport", "build_shard", "cleanup",
+           "write", "write_stored"]
 
 #: the normalised-box warning: images whose shorter side exceeds this many pixels, and how many
 #: samples with boxes must agree before it fires early (it also fires at the end)
@@ -154,14 +156,85 @@ def write(
     options = _resolve_options(options, option_kwargs)
     class_infos = options.check_classes(classes)
     _check_call(samples, workers)
+
+    def stream() -> Iterator[Outcome]:
+        return prepared_stream(samples, Rules(options, len(class_infos)), workers)
+
+    return _write_directory(stream, lambda: _progress(progress, samples), path, class_infos,
+                            options, overwrite, started)
+
+
+#: the write options that mean something for payloads copied as stored (the rest would re-encode)
+STORED_OPTIONS = frozenset({"box_fields", "max_side", "metadata", "labels", "on_error", "clip"})
+
+
+def write_stored(
+    records: Iterable[StoredSample],
+    path: str | os.PathLike[str],
+    *,
+    classes: Any,
+    overwrite: bool = False,
+    progress: bool | None = None,
+    **options: Any,
+) -> WriteReport:
+    """Write samples whose images are already stored payloads into a new dataset at ``path``,
+    copying each payload byte for byte (no decode, no re-encode).
+
+    What filter, remap, merge and split share: the same builder, atomic publish, lock and
+    reader self-check as `write`, streaming (one payload in memory at a time, so a copy of any
+    size runs in bounded memory). Each record's payload must match its codec, height and width
+    (checked without decoding, SPEC §9) and, when it carries the source's ``checksum``, hash to
+    it; labels are checked as `write` checks them.
+
+    Args:
+        records: an iterable (a generator is fine) of `StoredSample`.
+        path: the dataset directory to create.
+        classes: class names by contiguous id (as `write` takes them).
+        overwrite: replace an existing detfmt dataset (atomically).
+        progress: show a progress bar (default: when stderr is a terminal).
+        options: ``box_fields`` (every record's per-box fields, name -> dtype), ``max_side``
+            (recorded in the header; every stored image must fit it), ``metadata``, ``labels``
+            (layout: "auto" by default), ``on_error`` ("skip" leaves invalid records out) and
+            ``clip``. Options that would re-encode (codec, fixed_size...) are refused.
+
+    Raises:
+        InvalidSampleError: a record is invalid (``index`` and ``rule`` say which and why).
+        IntegrityError: a payload does not hash to its checksum (its source is damaged).
+        UsageError, TargetExistsError, TargetLockedError, TargetNotWritableError, WriteError.
+    """
+    started = time.perf_counter()
+    refused = sorted(set(options) - STORED_OPTIONS)
+    if refused:
+        raise errors.UsageError(f"write_stored copies payloads as stored: options {refused} "
+                                f"do not apply (it takes {sorted(STORED_OPTIONS)})")
+    resolved = WriteOptions.from_kwargs(codec="raw", **options)  # raw: the largest header
+    class_infos = resolved.check_classes(classes)
+    _check_call(records, 0)
+    where = os.fspath(path)
+
+    def stream() -> Iterator[Outcome]:
+        rules = Rules(resolved, len(class_infos))
+        for index, record in enumerate(records):
+            try:
+                yield index, prepare_stored(index, record, rules, where)
+            except errors.InvalidSampleError as error:
+                yield index, error
+
+    return _write_directory(stream, lambda: _progress(progress, records), path, class_infos,
+                            resolved, overwrite, started)
+
+
+def _write_directory(stream: Callable[[], Iterator[Outcome]], bar: Callable[[], Any],
+                     path: str | os.PathLike[str], class_infos: list[ClassInfo],
+                     options: WriteOptions, overwrite: bool, started: float) -> WriteReport:
+    """Lock the target, write the stream into a temporary directory, check it and publish it."""
     if not isinstance(overwrite, bool):
         raise errors.UsageError(f"overwrite must be True or False, got {overwrite!r}")
     target = Path(os.path.abspath(os.fspath(path)))
     with _processes.terminating():
         lock = _take_lock(target)
         try:
-            header, feed = _write_locked(samples, target, class_infos, options, overwrite,
-                                         workers, progress)
+            header, feed = _write_locked(stream, bar, target, class_infos, options, overwrite)
         finally:
             _io.unlock(lock)
     feed.warn_at_end()
@@ -345,8 +418,8 @@ def _progress(progress: bool | None, samples: Any) -> Any:
 # --------------------------------------------------------------------------- the 1.0 directory
 
 
-def _write_locked(samples: Iterable[Any], target: Path, class_infos: list[ClassInfo],
-                  options: WriteOptions, overwrite: bool, workers: int, progress: bool | None
+def _write_locked(stream: Callable[[], Iterator[Outcome]], bar: Callable[[], Any], target: Path,
+                  class_infos: list[ClassInfo], options: WriteOptions, overwrite: bool
                   ) -> tuple[Header, _Feed]:
     old_members = _existing_members(target, overwrite)
     try:
@@ -358,8 +431,8 @@ def _write_locked(samples: Iterable[Any], target: Path, class_infos: list[ClassI
     try:
         try:
             builder = DatasetBuilder(DirectorySink(str(temp)), options)
-            feed = _Feed(builder, options, _progress(progress, samples))
-            feed.run(prepared_stream(samples, Rules(options, len(class_infos)), workers))
+            feed = _Feed(builder, options, bar())
+            feed.run(stream())
             header = builder.finalize(class_infos)
             _validate_directory(temp)
             published = _identity(temp)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# README demo: convert the bundled chess sample (COCO JSON, public domain), print `detfmt info`,
-# draw a `detfmt show` PNG grid, export back to COCO, run a short load benchmark, then load
-# batches with the torch loader, augment them (affine + flip + HSV) and draw the result.
+# README demo: convert the bundled chess sample (COCO JSON, public domain), print `detfmt info`
+# and `detfmt stats`, split it into train/val, draw a `detfmt show` PNG grid, export back to COCO,
+# run a short load benchmark, then load batches with the torch loader, augment them (affine +
+# flip + HSV; timed warm, after one untimed epoch) and draw the result.
 # Works on a fresh machine: creates .venv (like tools/test.sh) when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,6 +21,13 @@ echo "== detfmt convert coco (bundled chess sample, 8 images)"
 
 echo "== detfmt info"
 .venv/bin/detfmt info "$OUT/chess"
+
+echo "== detfmt stats (classes, boxes per image, box and image sizes; --plot FILE.png draws them)"
+.venv/bin/detfmt stats "$OUT/chess" --max-classes 5
+
+echo "== detfmt split (deterministic for a seed; stratified: class shares within one image)"
+.venv/bin/detfmt split "$OUT/chess" "$OUT/chess_split" --val 0.25 --seed 0 --stratify \
+  --overwrite --no-progress
 
 echo "== detfmt show"
 .venv/bin/detfmt show "$OUT/chess" --out "$OUT/chess_grid.png" --cell 320
@@ -70,9 +78,12 @@ pipeline = augment.Compose([
 ])
 loader = Loader(path, batch_size=4, shuffle=True, seed=0, num_threads=2)
 names = loader.ds.class_names
+loader.set_epoch(0)  # one untimed epoch: threads, buffers and kernels start up here
+for batch in loader:
+    pipeline(batch)
 images = 0
 start = time.perf_counter()
-for epoch in range(3):
+for epoch in range(1, 11):
     loader.set_epoch(epoch)
     for batch in loader:
         out = pipeline(batch)
@@ -81,8 +92,8 @@ elapsed = time.perf_counter() - start
 augment.render_batch(out, picture, class_names=names)
 kept = int(out.mask.sum())
 print(f"{images} images loaded and augmented on the CPU in {elapsed:.2f} s "
-      f"({images / elapsed:,.0f} images/s); last batch {tuple(out.images.shape)} "
-      f"{out.images.dtype}, {kept} boxes kept; drawn to {picture}")
+      f"({images / elapsed:,.0f} images/s, warm: after one untimed epoch); last batch "
+      f"{tuple(out.images.shape)} {out.images.dtype}, {kept} boxes kept; drawn to {picture}")
 PY
-echo "demo outputs in $OUT/ (chess/, chess.report.json, chess_grid.png, chess_roundtrip.json,"
-echo "  chess_augmented.png)"
+echo "demo outputs in $OUT/ (chess/, chess.report.json, chess_split/, chess_grid.png,"
+echo "  chess_roundtrip.json, chess_augmented.png)"

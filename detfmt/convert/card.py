@@ -18,8 +18,8 @@ from typing import Any
 from detfmt.convert.errors import ConversionError
 from detfmt.convert.report import ConversionReport
 
-__all__ = ["CARD_BUDGET", "CARD_KEYS", "REPORT_BUDGET", "DatasetCard", "card_lines",
-           "card_metadata", "read_card"]
+__all__ = ["CARD_BUDGET", "CARD_KEYS", "LINEAGE_KEY", "REPORT_BUDGET", "DatasetCard",
+           "card_lines", "card_metadata", "read_card", "read_lineage"]
 
 CARD_FORMAT = "detfmt-card/1"
 CARD_BUDGET = 32768  # characters of all card names and values together: half of SPEC's limit
@@ -31,8 +31,10 @@ DETAIL_LIMIT = 160
 CARD_KEYS = (
     "card.format", "card.description", "card.license", "card.source", "card.source_format",
     "card.split", "card.fingerprint", "card.fingerprint_files", "card.fingerprint_bytes",
-    "conversion.report",
+    "conversion.report", "card.lineage",
 )
+#: JSON list of the steps (split, filter, remap, merge) that derived a dataset from its sources
+LINEAGE_KEY = "card.lineage"
 _EXTRA_KEY = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}\Z")
 
 
@@ -157,8 +159,10 @@ def read_card(metadata: Mapping[str, str]) -> dict[str, Any]:
     is parsed back from JSON (or kept as text if it is not valid JSON)."""
     card: dict[str, Any] = {}
     for key, value in metadata.items():
-        if key.startswith("card."):
+        if key.startswith("card.") and key != LINEAGE_KEY:
             card[key[len("card."):]] = value
+    if LINEAGE_KEY in metadata:
+        card["lineage"] = read_lineage(metadata)
     report = metadata.get("conversion.report")
     if report is not None:
         try:
@@ -200,4 +204,39 @@ def card_lines(metadata: Mapping[str, str]) -> list[str]:
                 lines.append(f"      {title}: {items}")
     elif report is not None:
         lines.append("    conversion report: present but not valid JSON")
+    return lines + _lineage_lines(card.get("lineage", []))
+
+
+def read_lineage(metadata: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The lineage steps of a dataset's metadata, oldest first ([] when it has none or it is
+    unreadable); see `detfmt.workflows.lineage`."""
+    try:
+        steps = json.loads(metadata.get(LINEAGE_KEY, "[]"))
+    except ValueError:
+        return []
+    return [step for step in steps if isinstance(step, dict)] if isinstance(steps, list) else []
+
+
+def _lineage_lines(steps: list[dict[str, Any]]) -> list[str]:
+    if not steps:
+        return []
+    lines = ["    lineage (oldest first):"]
+    if steps[0].get("earlier"):
+        lines.append(f"      ... {steps[0]['earlier']} earlier step(s) not kept")
+    for step in steps:
+        args = step.get("args") if isinstance(step.get("args"), dict) else {}
+        shown = " ".join(f"{key}={_short(value)}" for key, value in args.items()
+                         if value not in (None, False, [], ""))
+        sources = [s for s in step.get("sources", []) if isinstance(s, dict)]
+        names = ", ".join(f"{s.get('path')} ({s.get('samples')} samples)" for s in sources[:4])
+        more = len(sources) - min(4, len(sources)) + int(step.get("more_sources", 0) or 0)
+        if more > 0:
+            names += f" and {more} more"
+        lines.append(f"      {step.get('op')} {shown}".rstrip() + f" -> {step.get('samples')} "
+                     f"samples, from {names}")
     return lines
+
+
+def _short(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 80 else text[:77] + "..."

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -22,14 +22,22 @@ from detfmt.convert.errors import ConversionError
 from detfmt.convert.inputs import InputFolder, printable, read_source_bytes
 from detfmt.convert.report import ConversionReport
 
-__all__ = ["CocoAnnotation", "CocoCategory", "CocoFile", "CocoImage", "CocoIndex", "coco_source",
-           "from_coco", "parse_coco"]
+__all__ = ["ANNOTATION_ID_FIELD", "SUPERCATEGORIES_KEY", "CocoAnnotation", "CocoCategory",
+           "CocoFile", "CocoImage", "CocoIndex", "coco_source", "from_coco", "parse_coco",
+           "read_supercategories"]
 
 # Ids are stored as int64 (source_id) and sizes compared with image sizes: anything beyond is a
 # malformed file (JSON_INVALID naming the value), never an OverflowError later.
 Id = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 Size = Annotated[int, msgspec.Meta(ge=0, le=2**31 - 1)]
 Flag = Annotated[int, msgspec.Meta(ge=0, le=1)]
+
+#: the per-box field that keeps each box's COCO annotation id (when every annotation has one
+#: that fits int32, the widest integer a per-box field holds; else ids are not kept)
+ANNOTATION_ID_FIELD = "ann_id"
+#: header metadata: JSON {class name: supercategory} of the categories that have one
+SUPERCATEGORIES_KEY = "coco.supercategories"
+_INT32_MAX = 2**31 - 1
 
 
 class CocoCategory(msgspec.Struct, gc=False):
@@ -110,6 +118,9 @@ class CocoIndex:
         #: list (the union over the splits of one dataset, so every split has the same ids).
         self.categories: list[tuple[str, int]] = (
             categories if categories is not None else [(c.name, c.id) for c in own])
+        #: {category name: supercategory} of this file's categories that name one
+        self.supercategories: dict[str, str] = {c.name: c.supercategory for c in own
+                                                if c.supercategory}
         ids = [cid for _, cid in self.categories]
         self.images: list[CocoImage] = parsed.images
         image_row: dict[int, int] = {}
@@ -190,7 +201,7 @@ def _locate(images: InputFolder, file_name: str, annotations: str, report: Conve
     return fallback, real, None
 
 
-def _records(index: CocoIndex, images: InputFolder, report: ConversionReport
+def _records(index: CocoIndex, images: InputFolder, report: ConversionReport, keep_ids: bool
              ) -> Iterator[SourceImage]:
     names = {cid: name for name, cid in index.categories}
     for row, image in enumerate(index.images):
@@ -205,12 +216,15 @@ def _records(index: CocoIndex, images: InputFolder, report: ConversionReport
         declared = None
         if image.width and image.height:
             declared = (int(image.width), int(image.height))
+        fields = {"iscrowd": index.iscrowd[span]}
+        if keep_ids:
+            fields[ANNOTATION_ID_FIELD] = index.ann_id[span].astype(np.int32)
         yield SourceImage(
             path=path,
             file_name=image.file_name,
             boxes=index.boxes[span],
             classes=category,
-            fields={"iscrowd": index.iscrowd[span]},
+            fields=fields,
             source_id=image.id,
             declared_size=declared,
             error=error,
@@ -233,18 +247,43 @@ def coco_source(index: CocoIndex, images_dir: str | os.PathLike[str], *,
     if root is None:
         root = Path(os.path.commonpath([os.path.abspath(annotations.parent),
                                         os.path.abspath(images.given)]))
+    keep_ids = _ids_fit(index.ann_id)
+    box_fields = {"iscrowd": "|u1", **({ANNOTATION_ID_FIELD: "<i4"} if keep_ids else {})}
+    names = {name for name, _ in index.categories}
+    supercategories = {name: value for name, value in index.supercategories.items()
+                       if name in names}
+    metadata = ({SUPERCATEGORIES_KEY: json.dumps(supercategories, ensure_ascii=False,
+                                                 sort_keys=True)} if supercategories else {})
     return Source(
         source_format="coco",
         source=index.path,
         classes=index.categories,
         count=len(index),
-        records=lambda report: _records(index, images, report),
+        records=lambda report: _records(index, images, report, keep_ids),
         prelude=prelude,
         files=[annotations],
         root=root,
-        box_fields={"iscrowd": "|u1"},
+        metadata=metadata,
+        box_fields=box_fields,
         split=split,
     )
+
+
+def _ids_fit(ann_id: np.ndarray) -> bool:
+    """Every annotation has a distinct id that a per-box int32 field holds."""
+    return bool(len(ann_id)) and bool(((ann_id >= 0) & (ann_id <= _INT32_MAX)).all()) and \
+        len(np.unique(ann_id)) == len(ann_id)
+
+
+def read_supercategories(metadata: Mapping[str, str]) -> dict[str, str]:
+    """{class name: supercategory} stored by the COCO converter ({} when absent or unreadable)."""
+    try:
+        value = json.loads(metadata.get(SUPERCATEGORIES_KEY, "{}"))
+    except ValueError:
+        return {}
+    if not isinstance(value, dict):
+        return {}
+    return {str(k): v for k, v in value.items() if isinstance(v, str)}
 
 
 def from_coco(
@@ -256,11 +295,13 @@ def from_coco(
     """Convert a COCO instances JSON and its image folder into a detfmt dataset at ``dst``.
 
     Categories become contiguous ids 0..C-1 in order of their original id (names and original
-    ids kept in the header); ``iscrowd`` is kept as the per-box field ``iscrowd``; images without
-    annotations are kept with zero boxes; each image's COCO id is kept as ``source_id``. Only
-    regular files inside ``images_dir`` are read: an absolute or ``..`` ``file_name`` is refused
-    (``PATH_UNSAFE``). Options: see `ConvertOptions` (``max_side``, ``codec``, ``workers``,
-    ``on_error``, ``allow_empty``, ``card``...). Returns the `ConversionReport` (also saved as
+    ids kept in the header); ``iscrowd`` is kept as the per-box field ``iscrowd``, annotation ids
+    as ``ann_id`` (when every annotation has a distinct one that fits int32) and supercategories
+    in the header metadata (``coco.supercategories``); images without annotations are kept
+    with zero boxes; each image's COCO id is kept as ``source_id``. Only regular files inside
+    ``images_dir`` are read: an absolute or ``..`` ``file_name`` is refused (``PATH_UNSAFE``).
+    Options: see `ConvertOptions` (``max_side``, ``codec``, ``workers``, ``on_error``,
+    ``allow_empty``, ``card``...). Returns the `ConversionReport` (also saved as
     ``<dst>.report.json``). For several annotation files (splits), see `detfmt.convert.convert`.
     """
     opts = ConvertOptions(**options)

@@ -2,7 +2,8 @@
 
 Each stored box is mapped back with the per-image transform the writer recorded
 (stored = orig * s + t, so orig = (stored - t) / s); images keep their original ``file_name``,
-``width`` and ``height`` (``orig_size``) and categories their original ids and names.
+``width`` and ``height`` (``orig_size``), categories their original ids, names and
+supercategories, and annotations their original ids when the converter stored them (``ann_id``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from detfmt.convert.coco import ANNOTATION_ID_FIELD, read_supercategories
 from detfmt.convert.errors import ConversionError
 from detfmt.protocol import DatasetLike
 
@@ -79,7 +81,8 @@ def coco_dict(ds: DatasetLike) -> dict[str, Any]:
             for j in range(len(classes)):
                 w, h = float(x1[j] - x0[j]), float(y1[j] - y0[j])
                 annotation = {
-                    "id": len(annotations) + 1,
+                    "id": int(extra[ANNOTATION_ID_FIELD][j]) if ANNOTATION_ID_FIELD in extra
+                    else -1,
                     "image_id": int(ids[i]),
                     "category_id": int(category_ids[int(classes[j])]),
                     "bbox": [round(float(x0[j]), 3), round(float(y0[j]), 3), round(w, 3),
@@ -89,16 +92,29 @@ def coco_dict(ds: DatasetLike) -> dict[str, Any]:
                     "segmentation": [],
                 }
                 for name, values in extra.items():
-                    if name != "iscrowd":
+                    if name not in ("iscrowd", ANNOTATION_ID_FIELD):
                         annotation[name] = values[j].item()
                 annotations.append(annotation)
+    _annotation_ids(annotations)
+    supercategories = read_supercategories(ds.metadata)
     return {
         "info": {"description": f"exported by detfmt from {ds.location}", "version": "1.0"},
         "images": images,
         "annotations": annotations,
-        "categories": [{"id": int(cid), "name": c.name, "supercategory": ""}
+        "categories": [{"id": int(cid), "name": c.name,
+                        "supercategory": supercategories.get(c.name, "")}
                        for cid, c in zip(category_ids, schema.classes, strict=True)],
     }
+
+
+def _annotation_ids(annotations: list[dict[str, Any]]) -> None:
+    """Keep the source's annotation ids (``ann_id``) when every box has a distinct one (a merge
+    of two COCO sources may repeat ids), else number the annotations 1..A."""
+    ids = [a["id"] for a in annotations]
+    if all(i >= 0 for i in ids) and len(set(ids)) == len(ids):
+        return
+    for number, annotation in enumerate(annotations, 1):
+        annotation["id"] = number
 
 
 def to_coco(dataset: str | os.PathLike[str] | DatasetLike,

@@ -20,22 +20,18 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from detfmt.convert.errors import ConversionError
+from detfmt.api import MAX_SPLITS_BYTES, SPLITS_FILE, SPLITS_FORMAT, parse_split_index
 from detfmt.convert.report import ConversionReport
 from detfmt.errors import TargetExistsError
 
-__all__ = ["SPLITS_FILE", "SPLITS_FORMAT", "check_split_root", "read_splits", "write_splits_index"]
-
-SPLITS_FILE = "splits.json"
-SPLITS_FORMAT = "detfmt-splits/1"
-MAX_SPLITS_BYTES = 1 << 20
-
+__all__ = ["SPLITS_FILE", "SPLITS_FORMAT", "check_split_root", "read_splits", "write_split_counts",
+           "write_splits_index"]
 
 def read_splits(root: str | os.PathLike[str]) -> dict[str, Any] | None:
     """The parsed ``splits.json`` of a split root, or None when ``root`` is not one.
 
     Raises:
-        ConversionError: ``SPLITS_INVALID`` when the index exists but is malformed.
+        FormatError: ``SPLITS_INVALID`` when the index exists but is malformed.
     """
     path = Path(root) / SPLITS_FILE
     if not path.is_file():
@@ -43,15 +39,7 @@ def read_splits(root: str | os.PathLike[str]) -> dict[str, Any] | None:
     from detfmt.convert.inputs import read_source_bytes
 
     data = read_source_bytes(path, rule="SPLITS_INVALID", limit=MAX_SPLITS_BYTES)
-    try:
-        index = json.loads(data)
-    except ValueError as error:
-        raise ConversionError(f"malformed JSON: {error}", rule="SPLITS_INVALID",
-                              path=path) from error
-    if (not isinstance(index, dict) or index.get("format") != SPLITS_FORMAT
-            or not isinstance(index.get("splits"), dict)):
-        raise ConversionError(f"not a {SPLITS_FORMAT} index", rule="SPLITS_INVALID", path=path)
-    return index
+    return parse_split_index(data, str(path))
 
 
 def check_split_root(root: Path, names: list[str], overwrite: bool) -> None:
@@ -83,13 +71,20 @@ def _ours(name: str, splits: list[str]) -> bool:
 def write_splits_index(root: Path, reports: Mapping[str, ConversionReport],
                        source_format: str, source: str) -> Path:
     """Write ``splits.json`` (atomically) listing the written splits in order."""
+    return write_split_counts(root, {name: (report.images_kept, report.boxes_kept)
+                                     for name, report in reports.items()}, source_format, source)
+
+
+def write_split_counts(root: Path, counts: Mapping[str, tuple[int, int]], source_format: str,
+                       source: str) -> Path:
+    """Write ``splits.json`` (atomically) for splits ``{name: (images, boxes)}`` in order, each
+    stored at ``root/<name>`` (what `detfmt split` writes too)."""
     index = {
         "format": SPLITS_FORMAT,
         "source_format": source_format,
         "source": source,
-        "splits": {name: {"path": name, "images": report.images_kept,
-                          "boxes": report.boxes_kept}
-                   for name, report in reports.items()},
+        "splits": {name: {"path": name, "images": int(images), "boxes": int(boxes)}
+                   for name, (images, boxes) in counts.items()},
     }
     path = root / SPLITS_FILE
     temporary = root / f".{SPLITS_FILE}.{os.getpid()}.tmp"

@@ -12,7 +12,7 @@ same compare-and-swap as `commit`: an append that races another commit fails wit
 their manifest and the immutable shards it names.
 
 Classes must match by name, in order (class ids are stored in the payload labels); box fields,
-image fields and ``max_side`` must match too. Anything else is a `SchemaMismatchError`:
+image fields and ``max_side`` must match too. Anything else is a `IncompatibleDatasetsError`:
 remapping classes is a separate step.
 """
 
@@ -27,7 +27,7 @@ from typing import Any
 import msgspec
 
 from detfmt import errors, spec
-from detfmt.errors import SchemaMismatchError, ShardChecksumError
+from detfmt.errors import IncompatibleDatasetsError, ShardChecksumError
 from detfmt.reader import Dataset
 from detfmt.schema import Header
 from detfmt.shard.manifest import (
@@ -219,18 +219,21 @@ def _merged(schema: Schema, other: Schema, source: str) -> Schema:
     names, theirs = [c.name for c in schema.classes], [c.name for c in other.classes]
     if names != theirs:
         missing = [n for n in theirs if n not in names]
+        lacking = [n for n in names if n not in theirs]
         hint = (f"classes {missing} are not in the root" if missing
+                else f"the source lacks {lacking}" if lacking
                 else "the same classes in another order")
-        raise SchemaMismatchError(
+        raise IncompatibleDatasetsError(
             f"classes differ from the root's ({hint}): the root has {names}, the source "
-            f"{theirs}; remap the source's classes first (detfmt remap)", path=source)
+            f"{theirs}; give the source the root's class list first (detfmt remap SRC NEW "
+            "--classes-from ROOT)", path=source)
     ids = [(c.name, c.source_id) for c in schema.classes]
     if ids != [(c.name, c.source_id) for c in other.classes]:
-        raise SchemaMismatchError(
+        raise IncompatibleDatasetsError(
             "classes have the same names but other source ids than the root's", path=source)
     for what in ("box_fields", "image_fields", "max_side"):
         if getattr(schema, what) != getattr(other, what):
-            raise SchemaMismatchError(
+            raise IncompatibleDatasetsError(
                 f"{what} differ: the root has {getattr(schema, what)}, the source "
                 f"{getattr(other, what)}", path=source)
     return msgspec.structs.replace(

@@ -230,6 +230,10 @@ class ShardedDataset(EpochIteration):
         k, j = self.locate(index)
         return self.shard(k).payload(j)
 
+    def payload_checksum(self, index: int) -> int:
+        k, j = self.locate(index)
+        return self.shard(k).payload_checksum(j)
+
     def batch(self, indices: Sequence[int] | np.ndarray, out: np.ndarray | None = None,
               pad_value: int | None = 0, num_threads: int | None = None, *,
               canvas: tuple[int, int] | None = None, max_boxes: int | None = None

@@ -44,7 +44,7 @@ from detfmt import _kernel, api
 from detfmt.errors import UsageError
 from detfmt.gather import IO_MODES, Job, check_canvas
 from detfmt.mixture import Mixture
-from detfmt.order import DEFAULT_SHARD_WINDOW, EpochOrder, Schedule
+from detfmt.order import DEFAULT_SHARD_WINDOW, EpochOrder, Schedule, SubsetOrder
 from detfmt.protocol import DatasetLike
 from detfmt.sampling import repeat_factor_order_for
 from detfmt.torch._ring import BufferRing, Slot
@@ -147,6 +147,8 @@ class Loader:
             epoch order; its generators are re-seeded per batch (``transform_reseed``).
         convert: ``Batch -> anything`` run after ``transform`` in the same place (a framework's
             batch format); the loader then yields what it returns.
+        indices: read only these samples (a subset, in place: nothing is copied), shuffled
+            each epoch unless ``shuffle=False`` or ``order="sequential"``.
         transform_threads: torch and OpenCV-backend threads of each loader thread (default:
             all cores, at most 8), independent of the trainer's ``torch.set_num_threads``.
         transform_reseed: re-seed the transform's generators from (seed, epoch, batch position)
@@ -185,6 +187,7 @@ class Loader:
         convert: Callable[[Batch], Any] | None = None,
         transform_threads: int | None = None,
         transform_reseed: bool = True,
+        indices: Sequence[int] | np.ndarray | None = None,
     ) -> None:
         if layout not in ("CHW", "HWC"):
             raise UsageError(f"layout must be 'CHW' or 'HWC', got {layout!r}")
@@ -203,6 +206,13 @@ class Loader:
         if io == "mmap":
             _kernel.load()  # the native raw gather, when numba is installed (a one-time cost)
         rank, world_size = default_rank_world(rank, world_size)
+        if indices is not None:  # a subset, read in place (no copy of the dataset)
+            if not (order is None or order in ("random", "sequential")) \
+                    or repeat_threshold is not None:
+                raise UsageError("indices= takes order 'random' or 'sequential' only (no order "
+                                 "object, quasi_random or repeat_threshold)")
+            shuffled = (order or ("random" if shuffle else "sequential")) == "random"
+            order = SubsetOrder(len(self.ds), indices, shuffle=shuffled)
         if isinstance(order, str) or order is None:
             order = order if order is not None else ("random" if shuffle else "sequential")
             spec = sampling_order(self.ds, order, repeat_threshold, shard_window=shard_window,

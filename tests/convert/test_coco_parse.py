@@ -37,8 +37,25 @@ def test_categories_remapped_iscrowd_kept_empty_image_kept(tmp_path, recorder):
     np.testing.assert_allclose(first["boxes"], [[1, 2, 11, 22], [5, 5, 8, 9]])
     assert first["source_id"] == 10 and first["file_name"] == "a.jpg"
     assert second["boxes"].shape == (0, 4) and second["iscrowd"].shape == (0,)
-    assert recorder.kwargs["box_fields"] == {"iscrowd": "|u1"}
+    # annotation ids are kept (every annotation has one that fits int32): issue 13 item 6
+    assert recorder.kwargs["box_fields"] == {"iscrowd": "|u1", "ann_id": "<i4"}
+    np.testing.assert_array_equal(first["ann_id"], [1, 2])
+    assert second["ann_id"].shape == (0,)
     assert (tmp_path / "out.report.json").is_file()
+
+
+@pytest.mark.parametrize("ids", [[1, None], [5, 5], [1, 2**31]])
+def test_annotation_ids_kept_only_when_all_present_distinct_and_int32(tmp_path, recorder, ids):
+    images = _two_images(tmp_path)
+    anns = [{"image_id": 10, "category_id": 7, "bbox": [1, 2, 3, 4]},
+            {"image_id": 11, "category_id": 3, "bbox": [1, 1, 2, 2]}]
+    for ann, ann_id in zip(anns, ids, strict=True):
+        if ann_id is not None:
+            ann["id"] = ann_id
+    js = write_coco(tmp_path / "ann.json", images, anns, CATS)
+    from_coco(js, tmp_path / "img", tmp_path / "out", codec="raw")
+    assert recorder.kwargs["box_fields"] == {"iscrowd": "|u1"}
+    assert "ann_id" not in recorder.samples[0]
 
 
 def test_box_policy_counts_every_box(tmp_path, recorder):

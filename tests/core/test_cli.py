@@ -80,3 +80,19 @@ def test_commands_agree_on_a_directory_and_a_sharded_root(tmp_path, capsys):
         assert main(["validate", str(root)]) == 1, kind
         err = capsys.readouterr().err
         assert "CHECKSUM" in err and "INVALID" in err, kind
+
+
+def test_a_split_root_is_explained_in_cli_terms(tmp_path, capsys):
+    """`detfmt info ROOT` of a split root names the split folders, not a --split option that
+    `info` does not have."""
+    from detfmt.cli import main
+    from tests.datasets import make_dataset
+
+    for name in ("train", "val"):
+        make_dataset(tmp_path / "root" / name, [(8, 8)] * 2).close()
+    (tmp_path / "root" / "splits.json").write_text(
+        '{"format": "detfmt-splits/1", "splits": {"train": {"path": "train"}, '
+        '"val": {"path": "val"}}}')
+    assert main(["info", str(tmp_path / "root")]) == 2
+    err = capsys.readouterr().err
+    assert "ROOT/NAME" in err and "--split" not in err and "split=NAME" not in err

@@ -37,8 +37,9 @@ def test_split_index_paths_stay_inside(split_root):
     index = json.loads((split_root / "splits.json").read_text())
     index["splits"]["val"]["path"] = "../elsewhere"
     (split_root / "splits.json").write_text(json.dumps(index))
-    with pytest.raises(detfmt.UsageError, match="plain name"):
+    with pytest.raises(detfmt.FormatError, match="plain folder names") as caught:
         detfmt.open(split_root, split="val")
+    assert caught.value.rule == "SPLITS_INVALID"
 
 
 def test_a_plain_folder_of_datasets_opens_by_name(split_root):

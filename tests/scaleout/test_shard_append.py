@@ -16,7 +16,7 @@ from detfmt.cli import main
 from detfmt.errors import (
     CommitConflictError,
     DatasetNotFoundError,
-    SchemaMismatchError,
+    IncompatibleDatasetsError,
     TargetExistsError,
 )
 from detfmt.members import PackedSource
@@ -105,7 +105,7 @@ def test_classes_must_match_by_name(root, tmp_path):
     files = _shard_files(root)
     manifest = (root / "manifest.json").read_bytes()
     for src in (other, reordered):
-        with pytest.raises(SchemaMismatchError) as caught:
+        with pytest.raises(IncompatibleDatasetsError) as caught:
             append(root, src)
         assert "remap" in str(caught.value)
     assert _shard_files(root) == files and (root / "manifest.json").read_bytes() == manifest
@@ -185,7 +185,7 @@ def test_cli_append(root, tmp_path, capsys):
     other = tmp_path / "other"
     detfmt.write(make_samples(3, 2), other, classes=["a", "b", "c"])
     assert main(["append", str(root), str(other)]) != 0
-    assert "SCHEMA_MISMATCH" in capsys.readouterr().err
+    assert "DATASETS_INCOMPATIBLE" in capsys.readouterr().err
 
 
 def test_remote_reader_downloads_only_the_new_shards(root, tmp_path):

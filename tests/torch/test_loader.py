@@ -441,3 +441,28 @@ def test_loader_over_one_packed_shard_file(tmp_path):
                 np.testing.assert_array_equal(
                     b.images[j, :, :h, :w].permute(1, 2, 0).numpy(), shard[i].image)
                 np.testing.assert_array_equal(shard[i].image, ds[first + i].image)
+
+
+def test_indices_read_a_subset_in_place(make_any):
+    """Loader(ds, indices=...): exactly the subset each epoch, reshuffled per epoch (the same
+    for the same seed), in the given order with shuffle=False; nothing is copied."""
+    ds = make_any(varied_shapes(30))
+    subset = [3, 17, 4, 29, 8, 11, 0]
+    loader = Loader(ds, 3, indices=subset, seed=6, num_threads=2)
+    epochs = []
+    for epoch in range(2):
+        loader.set_epoch(epoch)
+        batches = list(loader)
+        for batch in batches:
+            check_batch(batch, ds)
+        epochs.append(np.concatenate([b.indices.numpy() for b in batches]).tolist())
+    assert sorted(epochs[0]) == sorted(epochs[1]) == sorted(subset)
+    assert epochs[0] != epochs[1]  # reshuffled (7! orders: equal by chance 1 in 5040)
+    again = Loader(ds, 3, indices=subset, seed=6)
+    assert np.concatenate([b.indices.numpy() for b in again]).tolist() == epochs[0]
+    fixed = Loader(ds, 3, indices=subset, shuffle=False)
+    assert np.concatenate([b.indices.numpy() for b in fixed]).tolist() == subset
+    with pytest.raises(detfmt.UsageError):
+        Loader(ds, 3, indices=[0, 30])
+    with pytest.raises(detfmt.UsageError):
+        Loader(ds, 3, indices=subset, order="quasi_random")
