@@ -302,6 +302,10 @@ class Mixture(EpochIteration):
         ds, _, j = self._one(index)
         return ds.payload(j)
 
+    def payload_checksum(self, index: int) -> int:
+        ds, _, j = self._one(index)
+        return ds.payload_checksum(j)
+
     def batch(self, indices: Sequence[int] | np.ndarray, out: np.ndarray | None = None,
               pad_value: int | None = 0, num_threads: int | None = None, *,
               canvas: tuple[int, int] | None = None, max_boxes: int | None = None

@@ -114,3 +114,21 @@ heavy = [m for m in sys.modules if m.split(".")[0] in
 assert not heavy, heavy
 """
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_every_dataset_kind_satisfies_the_protocol(tmp_path):
+    """DatasetLike is what every read path accepts: a method added to it must exist on every
+    kind (a 1.0 directory, a sharded root, a mixture), or the Loader refuses that kind."""
+    import detfmt
+    from detfmt.mixture import Mixture
+    from detfmt.protocol import DatasetLike
+    from tests.datasets import make_dataset, make_sharded_root
+
+    one = make_dataset(tmp_path / "a", [(8, 8)] * 3)
+    root = make_sharded_root(tmp_path / "b", [(8, 8)] * 3)
+    for ds in (one, root, Mixture([one, root])):
+        assert isinstance(ds, DatasetLike), type(ds).__name__
+        missing = [name for name in dir(DatasetLike) if not name.startswith("_")
+                   and not hasattr(ds, name)]
+        assert missing == [], (type(ds).__name__, missing)
+    assert isinstance(detfmt.open(tmp_path / "a"), DatasetLike)
