@@ -419,6 +419,11 @@ def _file_name(sample: Mapping[str, Any], index: int) -> bytes:
         value = Path(image).name if isinstance(image, (str, os.PathLike)) else ""
     if isinstance(value, os.PathLike):
         value = os.fspath(value)
+    return encode_file_name(value, index)
+
+
+def encode_file_name(value: Any, index: int) -> bytes:
+    """A sample's ``file_name`` as stored: a string, UTF-8, at most the format's limit."""
     if not isinstance(value, str):
         raise InvalidSampleError(f"file_name must be a string, got {type(value).__name__}",
                                  rule="SAMPLE_INVALID", index=index)

@@ -23,7 +23,7 @@ import numpy as np
 import xxhash
 
 from detfmt import _codecs, spec
-from detfmt._prepare import Prepared, Rules, check_box_fields, check_labels
+from detfmt._prepare import Prepared, Rules, check_box_fields, check_labels, encode_file_name
 from detfmt.errors import DecodeError, IntegrityError, InvalidSampleError
 
 __all__ = ["StoredSample", "prepare_stored"]
@@ -95,7 +95,7 @@ def prepare_stored(index: int, item: StoredSample, rules: Rules, where: str) -> 
     return Prepared(payload, height, width, codec, checksum, boxes, classes, fields,
                     _orig_size(item.orig_size, (height, width), index),
                     _scale_offset(item.scale_offset, index), _source_id(item.source_id, index),
-                    _name(item.file_name, index), clipped)
+                    encode_file_name(item.file_name, index), clipped)
 
 
 def _side(value: Any, what: str, index: int) -> int:
@@ -203,17 +203,3 @@ def _source_id(value: Any, index: int) -> int:
         raise InvalidSampleError(f"source_id must be an int64, got {value!r}",
                                  rule="SAMPLE_INVALID", index=index)
     return int(value)
-
-
-def _name(value: Any, index: int) -> bytes:
-    if not isinstance(value, str):
-        raise InvalidSampleError(f"file_name must be a string, got {type(value).__name__}",
-                                 rule="SAMPLE_INVALID", index=index)
-    try:
-        encoded = value.encode("utf-8")
-    except UnicodeEncodeError as error:
-        raise InvalidSampleError(f"file_name is not valid Unicode: {error}",
-                                 rule="SAMPLE_INVALID", index=index) from error
-    if len(encoded) > spec.MAX_STRING_BYTES:
-        raise InvalidSampleError("file_name is too long", rule="SAMPLE_INVALID", index=index)
-    return encoded

@@ -24,10 +24,10 @@ import numpy as np
 
 from detfmt import api
 from detfmt.errors import ClassNamesMismatchError, UsageError
-from detfmt.gather import Gather, Job, Parts, batch_buffer
+from detfmt.gather import Gather, Job, Parts
 from detfmt.order import DEFAULT_SHARD_WINDOW, MixtureOrder, MixtureSource
 from detfmt.protocol import DatasetLike, EpochIteration
-from detfmt.records import DatasetSchema, NumpyBatch, Sample, sample_index
+from detfmt.records import DatasetSchema, Sample, sample_index
 from detfmt.sampling import factors_for
 from detfmt.schema import ClassInfo
 
@@ -305,23 +305,6 @@ class Mixture(EpochIteration):
     def payload_checksum(self, index: int) -> int:
         ds, _, j = self._one(index)
         return ds.payload_checksum(j)
-
-    def batch(self, indices: Sequence[int] | np.ndarray, out: np.ndarray | None = None,
-              pad_value: int | None = 0, num_threads: int | None = None, *,
-              canvas: tuple[int, int] | None = None, max_boxes: int | None = None
-              ) -> NumpyBatch:
-        """Samples of any sources in one batch (see `detfmt.Dataset.batch`), labels re-padded
-        to the batch's own maximum, class ids the mixture's."""
-        return self.engine.batch(indices, out=out, pad_value=pad_value, num_threads=num_threads,
-                                 canvas=canvas, max_boxes=max_boxes)
-
-    def labels(self, indices: Sequence[int] | np.ndarray) -> NumpyBatch:
-        return self.engine.labels_only(indices)
-
-    def batch_buffer(self, batch_size: int, *, canvas: tuple[int, int] | None = None
-                     ) -> np.ndarray:
-        return batch_buffer(np.array([canvas], np.int32) if canvas is not None else self.sizes,
-                            batch_size)
 
     def part_ranges(self) -> list[tuple[int, int]]:
         return [(int(self.offsets[k]) + lo, int(self.offsets[k]) + hi)

@@ -12,7 +12,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from detfmt.gather import Gather
+from detfmt.gather import Gather, batch_buffer
 from detfmt.order import DEFAULT_SHARD_WINDOW, EpochPlan, OrderSpec, OrderState
 from detfmt.records import DatasetSchema, NumpyBatch, Sample
 
@@ -117,8 +117,47 @@ class _NoFollower:
 
 
 class EpochIteration(Sequence):
-    """The epoch-order methods both kinds of dataset share (numpy only; the torch `Loader` adds
-    threads, reusable buffers and devices on top of the same plans)."""
+    """What every kind of dataset (a 1.0 directory, a sharded root, a mixture) shares, written
+    once over its ``engine`` (`detfmt.gather.Gather`) and ``sizes``: batches, labels, buffers
+    and the epoch-order methods (numpy only; the torch `Loader` adds threads, reusable buffers
+    and devices on top of the same plans)."""
+
+    def batch(self, indices: Sequence[int] | np.ndarray, out: np.ndarray | None = None,
+              pad_value: int | None = 0, num_threads: int | None = None, *,
+              canvas: tuple[int, int] | None = None, max_boxes: int | None = None
+              ) -> NumpyBatch:
+        """Gather samples into one padded batch (see `detfmt.gather.Gather.batch`).
+
+        Args:
+            indices: sample indices (any order, repeats allowed; integers only).
+            out: optional reusable uint8 buffer (`batch_buffer`): flat with at least
+                B*H*W*3 bytes, or exactly (B, H, W, 3). Images are written into it.
+            pad_value: value of the pixels outside each image's valid region; None leaves them
+                as they are (faster; ``sizes`` tells each image's valid region).
+            num_threads: threads copying images; None picks up to the CPU count for batches of
+                at least 4 MiB, 1 copies in the calling thread.
+            canvas: (H, W): a fixed image shape for every batch (images at the top-left); an
+                image larger than the canvas is an error.
+            max_boxes: a fixed box-slot count; a sample with more boxes is an error.
+        """
+        return self.engine.batch(  # type: ignore[attr-defined]
+            indices, out=out, pad_value=pad_value, num_threads=num_threads, canvas=canvas,
+            max_boxes=max_boxes)
+
+    def labels(self, indices: Sequence[int] | np.ndarray) -> NumpyBatch:
+        """Boxes, classes, mask and per-box fields of samples, without pixels."""
+        return self.engine.labels_only(indices)  # type: ignore[attr-defined]
+
+    def batch_buffer(self, batch_size: int, *, canvas: tuple[int, int] | None = None
+                     ) -> np.ndarray:
+        """A reusable, page-aligned ``out=`` buffer for batches of up to ``batch_size`` samples.
+
+        Prefer it to ``np.empty``: a large ``np.empty`` starts 16 bytes into a page, which makes
+        copies from the 64-byte aligned payloads several times slower (4K aliasing).
+        """
+        sizes = (np.array([canvas], np.int32) if canvas is not None
+                 else self.sizes)  # type: ignore[attr-defined]
+        return batch_buffer(sizes, batch_size)
 
     def order_spec(self, order: str = "random", *, shard_window: int = DEFAULT_SHARD_WINDOW,
                    quasi_block: int | None = None, quasi_window: int = 8) -> OrderSpec:

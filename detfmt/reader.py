@@ -13,18 +13,18 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from detfmt import _npy, errors, spec, validate
-from detfmt.gather import Gather, batch_buffer, single_part
+from detfmt.gather import Gather, single_part
 from detfmt.members import DirectorySource, Member, MemberSource
 from detfmt.order import DEFAULT_SHARD_WINDOW, OrderSpec, default_quasi_block
 from detfmt.protocol import EpochIteration
-from detfmt.records import DatasetSchema, NumpyBatch, Sample, sample_index
+from detfmt.records import DatasetSchema, Sample, sample_index
 from detfmt.schema import Header
 
 __all__ = ["Dataset"]
@@ -511,41 +511,6 @@ class Dataset(EpochIteration):
             fields_[name] = self._string(name, i)
         return Sample(index=i, image=self._image(i), boxes=self.boxes[span].copy(),
                       classes=self.classes[span].copy(), fields=fields_)
-
-    def batch(self, indices: Sequence[int] | np.ndarray, out: np.ndarray | None = None,
-              pad_value: int | None = 0, num_threads: int | None = None, *,
-              canvas: tuple[int, int] | None = None, max_boxes: int | None = None
-              ) -> NumpyBatch:
-        """Gather samples into one padded batch (see `detfmt.gather.Gather.batch`).
-
-        Args:
-            indices: sample indices (any order, repeats allowed; integers only).
-            out: optional reusable uint8 buffer (`batch_buffer`): flat with at least
-                B*H*W*3 bytes, or exactly (B, H, W, 3). Images are written into it.
-            pad_value: value of the pixels outside each image's valid region; None leaves them
-                as they are (faster; ``sizes`` tells each image's valid region).
-            num_threads: threads copying images; None picks up to the CPU count for batches of
-                at least 4 MiB, 1 copies in the calling thread.
-            canvas: (H, W): a fixed image shape for every batch (images at the top-left); an
-                image larger than the canvas is an error.
-            max_boxes: a fixed box-slot count; a sample with more boxes is an error.
-        """
-        return self.engine.batch(indices, out=out, pad_value=pad_value, num_threads=num_threads,
-                                 canvas=canvas, max_boxes=max_boxes)
-
-    def labels(self, indices: Sequence[int] | np.ndarray) -> NumpyBatch:
-        """Boxes, classes, mask and per-box fields of samples, without pixels."""
-        return self.engine.labels_only(indices)
-
-    def batch_buffer(self, batch_size: int, *, canvas: tuple[int, int] | None = None
-                     ) -> np.ndarray:
-        """A reusable, page-aligned ``out=`` buffer for batches of up to ``batch_size`` samples.
-
-        Prefer it to ``np.empty``: a large ``np.empty`` starts 16 bytes into a page, which makes
-        copies from the 64-byte aligned payloads several times slower (4K aliasing).
-        """
-        sizes = np.array([canvas], np.int32) if canvas is not None else self.sizes
-        return batch_buffer(sizes, batch_size)
 
     def part_ranges(self) -> list[tuple[int, int]]:
         return [(0, len(self))] if len(self) else []

@@ -19,12 +19,12 @@ from typing import Any
 import numpy as np
 
 from detfmt import errors, spec
-from detfmt.gather import Gather, Parts, batch_buffer
+from detfmt.gather import Gather, Parts
 from detfmt.members import PackedSource
 from detfmt.order import DEFAULT_SHARD_WINDOW, OrderSpec
 from detfmt.protocol import EpochIteration
 from detfmt.reader import Dataset
-from detfmt.records import DatasetSchema, NumpyBatch, Sample, sample_index
+from detfmt.records import DatasetSchema, Sample, sample_index
 from detfmt.schema import BoxField, ClassInfo
 from detfmt.shard.manifest import Manifest, decode_manifest, shard_lstat
 from detfmt.storage import Storage, open_storage
@@ -233,26 +233,6 @@ class ShardedDataset(EpochIteration):
     def payload_checksum(self, index: int) -> int:
         k, j = self.locate(index)
         return self.shard(k).payload_checksum(j)
-
-    def batch(self, indices: Sequence[int] | np.ndarray, out: np.ndarray | None = None,
-              pad_value: int | None = 0, num_threads: int | None = None, *,
-              canvas: tuple[int, int] | None = None, max_boxes: int | None = None
-              ) -> NumpyBatch:
-        """Gather samples from any shards into one batch (see `detfmt.Dataset.batch`), labels
-        re-padded to the batch's own maximum (S-12)."""
-        return self.engine.batch(indices, out=out, pad_value=pad_value, num_threads=num_threads,
-                                 canvas=canvas, max_boxes=max_boxes)
-
-    def labels(self, indices: Sequence[int] | np.ndarray) -> NumpyBatch:
-        """Boxes, classes, mask and per-box fields of samples, without pixels."""
-        return self.engine.labels_only(indices)
-
-    def batch_buffer(self, batch_size: int, *, canvas: tuple[int, int] | None = None
-                     ) -> np.ndarray:
-        """A reusable, page-aligned ``out=`` buffer for batches of up to ``batch_size`` samples
-        (see `detfmt.Dataset.batch_buffer`)."""
-        return batch_buffer(np.array([canvas], np.int32) if canvas is not None else self.sizes,
-                            batch_size)
 
     def part_ranges(self) -> list[tuple[int, int]]:
         return [(int(s.first_index), int(s.first_index) + int(s.num_samples))
