@@ -82,12 +82,13 @@ class Dataset(EpochIteration):
         for violation in validate.check_index_tail(self.index, header, blob.size, blob.path):
             raise violation.to_error()
         #: The label arrays as stored: (N, M, 4) and (N, M), or (T, 4) and (T,) when `ragged`
-        #: (SPEC §10); `label_slots` and ``ds[i]`` read both layouts alike.
+        #: (SPEC §10); `label_slots` and ``ds[i]`` read both layouts alike. `boxes`, `classes`
+        #: and `box_fields` are the padded layout only.
         self.ragged: bool = header.ragged
         self._starts: np.ndarray | None = None  # S_i of ragged labels, built on first use
-        self.boxes: np.ndarray = arrays[spec.BOXES_FILE]
-        self.classes: np.ndarray = arrays[spec.CLASSES_FILE]
-        self.box_fields: dict[str, np.ndarray] = {
+        self.stored_boxes: np.ndarray = arrays[spec.BOXES_FILE]
+        self.stored_classes: np.ndarray = arrays[spec.CLASSES_FILE]
+        self.stored_box_fields: dict[str, np.ndarray] = {
             f.name: arrays[spec.box_field_file(f.name)] for f in header.box_fields}
         self.image_fields: dict[str, np.ndarray] = {
             name: arrays[f"{name}.npy"] for name in header.image_fields
@@ -214,14 +215,15 @@ class Dataset(EpochIteration):
             counts = self.counts[rows]
             span = self._ragged_rows(rows, counts)
             return validate.ragged_rows_broken(
-                boxes=self.boxes[span], classes=self.classes[span], counts=counts,
+                boxes=self.stored_boxes[span], classes=self.stored_classes[span], counts=counts,
                 heights=self.heights[rows], widths=self.widths[rows],
                 num_classes=self.header.num_classes)
         return validate.label_rows_broken(
-            boxes=self.boxes[rows], classes=self.classes[rows], counts=self.counts[rows],
+            boxes=self.stored_boxes[rows], classes=self.stored_classes[rows],
+            counts=self.counts[rows],
             heights=self.heights[rows], widths=self.widths[rows],
             num_classes=self.header.num_classes,
-            box_fields=[values[rows] for values in self.box_fields.values()])
+            box_fields=[values[rows] for values in self.stored_box_fields.values()])
 
     def _blame(self, rows: np.ndarray) -> None:
         for violation in self._label_violations(np.unique(rows)[:1]):
@@ -272,6 +274,34 @@ class Dataset(EpochIteration):
                 path=self.members[spec.COUNTS_FILE].path)
         return starts
 
+    @property
+    def boxes(self) -> np.ndarray:
+        """The (N, M, 4) float32 boxes as stored, padded (zero-copy, unchecked: ``ds[i]`` and
+        `labels` check them). A ragged dataset stores no such array, and indexing its flat rows
+        as (sample, slot) would give wrong boxes silently, so this refuses it."""
+        self._padded_layout("boxes")
+        return self.stored_boxes
+
+    @property
+    def classes(self) -> np.ndarray:
+        """The (N, M) int32 class ids as stored, padded with -1; see `boxes`."""
+        self._padded_layout("classes")
+        return self.stored_classes
+
+    @property
+    def box_fields(self) -> dict[str, np.ndarray]:
+        """The per-box fields as stored, (N, M) each; see `boxes`."""
+        self._padded_layout("box_fields")
+        return self.stored_box_fields
+
+    def _padded_layout(self, name: str) -> None:
+        if self.ragged:
+            raise errors.UsageError(
+                f"ds.{name} is the padded (N, M) layout; this dataset stores ragged labels "
+                f"(one row per box, SPEC §10): read labels with ds.labels(indices), ds.batch "
+                f"or ds[i], or the flat rows as ds.stored_{name} with ds.counts",
+                rule="RAGGED_LABELS", path=self.path)
+
     def _ragged_rows(self, rows: np.ndarray, counts: np.ndarray) -> slice | np.ndarray:
         """Where the ragged labels of ``rows`` lie, back to back: a slice when the rows are
         consecutive (no gather), else an index array."""
@@ -292,16 +322,16 @@ class Dataset(EpochIteration):
         -1 and 0. Both layouts give the same arrays (SPEC §10.2)."""
         if not self.ragged:
             if m <= self.max_boxes:  # the stored padding is the padding
-                return (self.boxes[rows, :m], self.classes[rows, :m],
-                        {name: values[rows, :m] for name, values in self.box_fields.items()})
+                return (self.stored_boxes[rows, :m], self.stored_classes[rows, :m],
+                        {name: values[rows, :m] for name, values in self.stored_box_fields.items()})
             boxes, classes, fields = self._empty_slots(len(rows), m)
             mk = self.max_boxes
-            boxes[:, :mk] = self.boxes[rows]
-            classes[:, :mk] = self.classes[rows]
+            boxes[:, :mk] = self.stored_boxes[rows]
+            classes[:, :mk] = self.stored_classes[rows]
             for name, values in fields.items():
-                values[:, :mk] = self.box_fields[name][rows]
+                values[:, :mk] = self.stored_box_fields[name][rows]
             return boxes, classes, fields
-        if not len(self.classes):  # T = 0: nothing to gather
+        if not len(self.stored_classes):  # T = 0: nothing to gather
             return self._empty_slots(len(rows), m)
         # slot s of row r reads ragged row starts[r] + s; slots past the count read row 0 (one
         # exists: T >= 1) and are then set to the padding values
@@ -309,12 +339,12 @@ class Dataset(EpochIteration):
         padding = slots >= self.counts[rows][:, None]
         where = self._label_starts()[rows][:, None] + slots
         where[padding] = 0
-        boxes = self.boxes.take(where, axis=0)
-        classes = self.classes.take(where)
+        boxes = self.stored_boxes.take(where, axis=0)
+        classes = self.stored_classes.take(where)
         boxes[padding] = 0.0
         classes[padding] = spec.CLASS_PADDING
         fields = {}
-        for name, values in self.box_fields.items():
+        for name, values in self.stored_box_fields.items():
             fields[name] = values.take(where)
             fields[name][padding] = 0
         return boxes, classes, fields
@@ -322,7 +352,8 @@ class Dataset(EpochIteration):
     def _empty_slots(self, b: int, m: int
                      ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
         return (np.zeros((b, m, 4), np.float32), np.full((b, m), spec.CLASS_PADDING, np.int32),
-                {name: np.zeros((b, m), values.dtype) for name, values in self.box_fields.items()})
+                {name: np.zeros((b, m), values.dtype)
+                 for name, values in self.stored_box_fields.items()})
 
     def _label_violations(self, rows: np.ndarray) -> Iterator[validate.Violation]:
         paths = (self.members[spec.BOXES_FILE].path, self.members[spec.CLASSES_FILE].path)
@@ -331,8 +362,8 @@ class Dataset(EpochIteration):
             boxes, classes, fields = self.label_slots(
                 rows, int(self.counts[rows].max()) if len(rows) else 0)
         else:
-            boxes, classes = self.boxes[rows], self.classes[rows]
-            fields = {name: values[rows] for name, values in self.box_fields.items()}
+            boxes, classes = self.stored_boxes[rows], self.stored_classes[rows]
+            fields = {name: values[rows] for name, values in self.stored_box_fields.items()}
         return validate.check_labels(
             boxes=boxes, classes=classes, counts=self.counts[rows],
             heights=self.heights[rows], widths=self.widths[rows],
@@ -504,13 +535,13 @@ class Dataset(EpochIteration):
             span: Any = slice(start, start + count)
         else:
             span = (i, slice(0, count))
-        fields_ = {name: values[span].copy() for name, values in self.box_fields.items()}
+        fields_ = {name: values[span].copy() for name, values in self.stored_box_fields.items()}
         for name, values in self.image_fields.items():
             fields_[name] = values[i].copy()
         for name in self._strings:
             fields_[name] = self._string(name, i)
-        return Sample(index=i, image=self._image(i), boxes=self.boxes[span].copy(),
-                      classes=self.classes[span].copy(), fields=fields_)
+        return Sample(index=i, image=self._image(i), boxes=self.stored_boxes[span].copy(),
+                      classes=self.stored_classes[span].copy(), fields=fields_)
 
     def part_ranges(self) -> list[tuple[int, int]]:
         return [(0, len(self))] if len(self) else []

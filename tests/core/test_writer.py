@@ -511,7 +511,12 @@ def test_ragged_labels_read_back_as_the_padded_ones(tmp_path, labels):
     assert not padded.ragged and padded.header.version == "1.0"
     assert ragged.ragged and ragged.header.version == "1.2"
     assert ragged.header.required_features == ["ragged_labels"]
-    assert ragged.header.num_boxes == total and ragged.boxes.shape == (total, 4)
+    assert ragged.header.num_boxes == total and ragged.stored_boxes.shape == (total, 4)
+    assert padded.boxes is padded.stored_boxes and padded.boxes.shape == (len(samples), 60, 4)
+    for name in ("boxes", "classes", "box_fields"):  # (sample, slot) indexing would be wrong
+        with pytest.raises(detfmt.UsageError) as caught:
+            getattr(ragged, name)
+        assert caught.value.rule == "RAGGED_LABELS" and f"stored_{name}" in str(caught.value)
     for i in range(len(samples)):
         a, b = padded[i], ragged[i]
         np.testing.assert_array_equal(a.boxes, b.boxes)

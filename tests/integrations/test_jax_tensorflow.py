@@ -29,8 +29,9 @@ def test_fixed_batch_is_the_reader_batch_on_a_fixed_canvas(chess_train, helper):
         n = int(ds.counts[k])
         assert np.array_equal(images[i, :h, :w], ref.images[i, :h, :w])
         assert not images[i, h:].any() and not images[i, :, w:].any()
-        assert np.array_equal(boxes[i, :n], ds.boxes[k, :n]) and mask[i].sum() == n
-        assert np.array_equal(classes[i, :n], ds.classes[k, :n])
+        sample = ds[k]
+        assert np.array_equal(boxes[i, :n], sample.boxes) and mask[i].sum() == n
+        assert np.array_equal(classes[i, :n], sample.classes)
     with pytest.raises(TooManyBoxesError):
         helper(ds, indices, (440, 650), int(ds.counts[indices].max()) - 1)
 
