@@ -51,10 +51,10 @@ def corrupt(ds, corruption: str) -> None:
     # K_0 + ... + K_(j-1) of the flat arrays
     row = int(np.asarray(part.counts[:j], np.int64).sum()) if part.ragged else j
     if corruption == "class_range":
-        array, value = part.classes, np.int32(part.header.num_classes + 4).tobytes()
+        array, value = part.stored_classes, np.int32(part.header.num_classes + 4).tobytes()
         member, offset = part.members["classes.npy"], array[row : row + 1].ctypes.data
     elif corruption == "nan_box":
-        array, value = part.boxes, np.float32("nan").tobytes()
+        array, value = part.stored_boxes, np.float32("nan").tobytes()
         member, offset = part.members["boxes.npy"], array[row : row + 1].ctypes.data
     else:
         array, value = part.counts, np.int32(part.max_boxes + 1).tobytes()

@@ -58,7 +58,7 @@ def test_bundled_chess_coco_roundtrip(tmp_path, codec):
     with detfmt.open(tmp_path / "ds") as ds:
         assert max(ds.sizes.max(axis=0)) == 200  # really resized, so the inverse map is tested
         assert [c.source_id for c in ds.header.classes] == list(range(14))
-        assert "iscrowd" in ds.box_fields
+        assert "iscrowd" in [f.name for f in ds.schema.box_fields]
     to_coco(tmp_path / "ds", tmp_path / "out.json")
     _assert_coco_roundtrip(json.loads(src.read_text()),
                            json.loads((tmp_path / "out.json").read_text()))
