@@ -11,6 +11,7 @@ everything. The same class reads a dataset directory and a packed shard file
 
 from __future__ import annotations
 
+import mmap
 import os
 import threading
 from collections.abc import Iterator
@@ -117,7 +118,7 @@ class Dataset(EpochIteration):
         self.fixed_images = self._fixed_images()
         # Records, counts and labels are checked when first used (R-44); one byte per sample
         # says how far (zeroed pages: nothing is allocated for samples never read).
-        self._state = np.zeros(len(self.index), np.uint8)
+        self._state = _zeroed_bytes(len(self.index))
         self._broken = False  # some sample's labels break a rule
         self._lock = threading.Lock()
         self._sizes: np.ndarray | None = None
@@ -604,6 +605,17 @@ class Dataset(EpochIteration):
     def __repr__(self) -> str:
         return (f"detfmt.Dataset({self.location!r}, samples={len(self)}, "
                 f"classes={self.header.num_classes}, max_boxes={self.header.max_boxes})")
+
+
+def _zeroed_bytes(n: int) -> np.ndarray:
+    """``n`` zero bytes whose pages the kernel allocates on first write, one small page each.
+    numpy asks for huge pages for large arrays, so the first writes to a few scattered samples
+    (the first batch after open) could each wait for the kernel to find or compact a 2 MiB page;
+    a private anonymous mapping keeps that cost to a small-page fault per page touched."""
+    if n < 1 << 22:
+        return np.zeros(n, np.uint8)
+    region = mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    return np.frombuffer(region, np.uint8)
 
 
 def _ragged_starts(counts: np.ndarray, max_boxes: int, chunk: int = 1 << 20

@@ -19,7 +19,8 @@ Cases (each a fresh child process per round, so first-use costs are real):
   of about 2 s each).
 - ``ragged``: 100k samples with at most 5 boxes and one with 1000, written padded and ragged:
   label bytes (boxes, classes, counts) / valid-box bytes (20 per box) of each, and
-  ``ds.labels`` of 201 batches of 32 (one holding the crowded sample), ragged / padded.
+  ``ds.labels`` of 201 batches of 32 (one holding the crowded sample), ragged / padded (best
+  of 5 alternating passes each).
 
 Usage:
     python tools/bench_hotpath.py [--rounds 5] [--work DIR] [--impl NAME=PATH ...]
@@ -194,22 +195,26 @@ def child(case: str, paths: dict[str, str]) -> dict:
             t_verify = time.perf_counter() - t
         return {"ratio": t_hash / t_verify, "us_per_sample": t_verify / report.num_samples * 1e6}
     if case == "ragged":
-        out = {}
+        out, opened = {}, {}
+        rng = np.random.default_rng(4)
+        batches = None
         for labels in ("padded", "ragged"):
-            ds = detfmt.open(paths[labels])
+            ds = opened[labels] = detfmt.open(paths[labels])
             label_bytes = sum(size for name, size in ds.disk_usage().items()
                               if name in ("boxes.npy", "classes.npy", "counts.npy"))
             valid = int(np.asarray(ds.counts, np.int64).sum()) * (16 + 4)
-            rng = np.random.default_rng(4)
-            batches = [rng.choice(len(ds), 32, replace=False) for _ in range(200)]
-            batches.append(np.arange(4230, 4262))  # the crowded sample among them
+            if batches is None:
+                batches = [rng.choice(len(ds), 32, replace=False) for _ in range(200)]
+                batches.append(np.arange(4230, 4262))  # the crowded sample among them
             for idx in batches:
-                ds.labels(idx)
-            t = time.perf_counter()
-            for idx in batches:
-                ds.labels(idx)
-            out[labels] = {"label_bytes_over_payload": label_bytes / valid,
-                           "labels_s": time.perf_counter() - t}
+                ds.labels(idx)  # checked once, pages cached
+            out[labels] = {"label_bytes_over_payload": label_bytes / valid, "labels_s": 1e9}
+        for _ in range(5):  # alternate the layouts, keep each one's best pass
+            for labels, ds in opened.items():
+                t = time.perf_counter()
+                for idx in batches:
+                    ds.labels(idx)
+                out[labels]["labels_s"] = min(out[labels]["labels_s"], time.perf_counter() - t)
         out["ratio"] = out["ragged"]["labels_s"] / out["padded"]["labels_s"]
         return out
     raise SystemExit(f"unknown case {case}")
