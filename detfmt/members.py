@@ -32,6 +32,7 @@ __all__ = [
     "Member",
     "MemberSource",
     "PackedSource",
+    "Toc",
     "TocEntry",
     "parse_toc",
     "toc_length",
@@ -246,8 +247,23 @@ class TocEntry(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     size: int
 
 
-class _Toc(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class Toc(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A packed shard's table of contents: its members in file order (read here, written by
+    `detfmt.shard.pack`)."""
+
     members: list[TocEntry]
+
+    def get(self, name: str) -> TocEntry | None:
+        for entry in self.members:
+            if entry.name == name:
+                return entry
+        return None
+
+    @property
+    def end(self) -> int:
+        """Where the last member ends: the file's size in the canonical layout."""
+        last = self.members[-1] if self.members else None
+        return last.offset + last.size if last else 0
 
 
 def toc_length(prefix: bytes, where: str) -> int:
@@ -275,7 +291,7 @@ def parse_toc(data: bytes, file_size: int, where: str) -> list[TocEntry]:
     if not value.endswith(b"}"):
         raise errors.PackError("only spaces may follow the table of contents' JSON", path=where)
     try:
-        entries = msgspec.convert(raw, _Toc).members
+        entries = msgspec.convert(raw, Toc).members
     except msgspec.ValidationError as error:
         raise errors.PackError(f"invalid table of contents: {error}", path=where) from error
     position = spec.align_up(spec.PACK_PREFIX + len(data))

@@ -21,13 +21,15 @@ from typing import BinaryIO
 
 import msgspec
 
+from detfmt import spec
 from detfmt.errors import PackError
+from detfmt.members import Toc, TocEntry
 
 __all__ = [
     "MAGIC",
     "PACK_VERSION",
-    "Member",
     "Toc",
+    "TocEntry",
     "align64",
     "canonical_order",
     "encode_head",
@@ -36,38 +38,18 @@ __all__ = [
     "toc_reserve",
 ]
 
-MAGIC = b"DETFMTPK"
-PACK_VERSION = 1
-PREFIX = 16
-MAX_TOC = 1 << 20
+MAGIC = spec.PACK_MAGIC
+PACK_VERSION = spec.PACK_VERSION
+PREFIX = spec.PACK_PREFIX
+MAX_TOC = spec.MAX_TOC_BYTES
 PAGE = 4096
 BLOB = "images.bin"
 _MAX_NUMBER = 10**20 - 1  # a u64 takes at most 20 digits
 _ZEROS = bytes(64)
 
 
-class Member(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    name: str
-    offset: int
-    size: int
-
-
-class Toc(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    members: list[Member]
-
-    def get(self, name: str) -> Member | None:
-        for m in self.members:
-            if m.name == name:
-                return m
-        return None
-
-    @property
-    def end(self) -> int:
-        return self.members[-1].offset + self.members[-1].size if self.members else 0
-
-
 def align64(n: int) -> int:
-    return (n + 63) & ~63
+    return spec.align_up(n, 64)
 
 
 def canonical_order(names: Iterable[str]) -> list[str]:
@@ -80,7 +62,7 @@ def canonical_order(names: Iterable[str]) -> list[str]:
 def toc_reserve(names: Iterable[str]) -> int:
     """``T`` for a shard of these members: the smallest length with ``16 + T`` a multiple of
     4096 that holds their table of contents whatever their sizes (each number at 20 digits)."""
-    bound = len(msgspec.json.encode(Toc([Member(n, _MAX_NUMBER, _MAX_NUMBER)
+    bound = len(msgspec.json.encode(Toc([TocEntry(n, _MAX_NUMBER, _MAX_NUMBER)
                                          for n in canonical_order(names)])))
     reserve = -(-(PREFIX + bound) // PAGE) * PAGE - PREFIX
     if reserve > MAX_TOC:
@@ -92,7 +74,7 @@ def plan_layout(sizes: Mapping[str, int], reserve: int) -> Toc:
     """Offsets of every member in canonical order behind a table of contents of ``reserve``."""
     members, position = [], PREFIX + reserve
     for name in canonical_order(sizes):
-        members.append(Member(name, position, sizes[name]))
+        members.append(TocEntry(name, position, sizes[name]))
         position = align64(position + sizes[name])
     return Toc(members)
 

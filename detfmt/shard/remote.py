@@ -20,13 +20,6 @@ from detfmt.storage import Digest, LocalStorage, file_digest, open_storage
 __all__ = ["upload"]
 
 
-def _fs(url: str, storage_options: Mapping[str, Any] | None) -> tuple[Any, str]:
-    import fsspec
-
-    fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
-    return fs, path.rstrip("/")
-
-
 def upload(
     local_root: str | os.PathLike[str],
     url: str,
