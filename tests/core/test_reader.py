@@ -187,3 +187,23 @@ def test_threaded_batch_equals_single_threaded(tmp_path, codec):
     np.testing.assert_array_equal(one.boxes, many.boxes)
     with pytest.raises(detfmt.UsageError):
         ds.batch(order, num_threads=0)
+
+
+@pytest.mark.parametrize("labels", ["padded", "ragged"])
+def test_batch_mask_marks_exactly_each_samples_boxes(tmp_path, labels):
+    """Below and above 256 slots (the mask is built two ways), in both label layouts."""
+    counts = [0, 3, 300, 256, 257, 1]
+    samples = []
+    for k in counts:
+        x = np.arange(k, dtype=np.float32) % 20
+        samples.append({"image": np.zeros((24, 32, 3), np.uint8), "classes": np.zeros(k, int),
+                        "boxes": np.stack([x, x / 2, x + 5, x / 2 + 3], axis=1).reshape(k, 4)})
+    detfmt.write(samples, tmp_path / "ds", classes=CLASSES, labels=labels)
+    ds = detfmt.open(tmp_path / "ds")
+    for indices in ([0, 1, 5], [1, 0], [2, 0, 1], [3, 4], [4, 3, 0], list(range(6))):
+        batch = ds.batch(indices)
+        m = max(counts[i] for i in indices)
+        want = np.arange(m) < np.array([counts[i] for i in indices])[:, None]
+        assert batch.mask.shape == (len(indices), m) and batch.mask.flags.c_contiguous
+        np.testing.assert_array_equal(batch.mask, want)
+        np.testing.assert_array_equal(batch.classes == -1, ~want)
