@@ -9,8 +9,10 @@ it), so the two kinds can never disagree about a 1.0 rule.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -146,8 +148,10 @@ def _scan_blob(dataset: Dataset, whole_file: WholeFile | None) -> _Scan:
     """One pass over images.bin in file order: the file digest, and for every payload its
     checksum (R-30), its zero padding (R-24) and its codec's checks (§9), in sample order.
 
-    The file digest takes blocks of about `_SCAN_BLOCK` bytes (each byte once, in order); the
-    payloads of a block are then hashed while its bytes are still in the CPU cache."""
+    The file digest takes blocks of about `_SCAN_BLOCK` bytes (each byte once, in order) in a
+    helper thread, one block ahead of this thread, which hashes and checks the payloads of the
+    block the helper has just read: xxhash releases the GIL, so the two digests the spec
+    requires run on two cores, and the page faults of a fresh mapping are taken once."""
     import xxhash
 
     member = dataset.blob_member
@@ -162,28 +166,70 @@ def _scan_blob(dataset: Dataset, whole_file: WholeFile | None) -> _Scan:
     starts = dataset.offsets.astype(np.int64)
     ends = starts + dataset.nbytes.astype(np.int64)
     stops = np.minimum(size, ends + (-ends % spec.ALIGNMENT))
-    position, first = 0, 0
+    blocks = []  # (first, last, lo, hi): samples first..last-1 end by byte hi; the digests
+    position, first = 0, 0  # take bytes lo..hi (each byte once, in file order)
     n = len(dataset)
-    while first < n:  # blocks of consecutive samples, each fed to the digests once
+    while first < n:
         last = max(first + 1, int(np.searchsorted(stops, position + _SCAN_BLOCK, "right")))
         last = min(n, last)
-        stop = int(stops[first:last].max())
-        if stop > position:
-            part = view[position:stop]
-            for feed in feeds:
-                feed(part)
-            position = stop
-        _check_block(dataset, view, first, last, starts, ends, stops, violations)
-        first = last
-    if position < size:
-        for feed in feeds:
-            feed(view[position:])
+        stop = max(position, int(stops[first:last].max()))
+        blocks.append((first, last, position, stop))
+        position, first = stop, last
+    threaded = size >= _THREADED_BYTES
+    lead = 1 if threaded else 0  # blocks the digest thread starts ahead: it takes the page
+    fed = 0                      # faults, and the checks then read mapped, cached bytes
+    with _Digests(feeds, threaded=threaded) as digests:
+        for j, (first, last, _, _) in enumerate(blocks):
+            while fed < len(blocks) and fed <= j + lead:
+                lo, hi = blocks[fed][2:]
+                if hi > lo:
+                    digests.feed(view[lo:hi])
+                fed += 1
+            _check_block(dataset, view, first, last, starts, ends, stops, violations)
+        if position < size:
+            digests.feed(view[position:])
     if whole_file is not None:
         whole_file.hasher.update(whole_file.view[member.base + size :])
     return _Scan(file_hash.hexdigest(), violations)
 
 
-_SCAN_BLOCK = 1 << 20
+class _Digests:
+    """Feeds blocks, in order, to running digests: in one helper thread (a FIFO queue keeps
+    the order; at most `_AHEAD` blocks wait), or inline."""
+
+    def __init__(self, feeds: list, *, threaded: bool) -> None:
+        self.feeds = feeds
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="detfmt-verify") if threaded \
+            else None
+        self.pending: collections.deque = collections.deque()
+
+    def _feed_all(self, part: memoryview) -> None:
+        for feed in self.feeds:
+            feed(part)
+
+    def feed(self, part: memoryview) -> None:
+        if self.pool is None:
+            self._feed_all(part)
+            return
+        self.pending.append(self.pool.submit(self._feed_all, part))
+        while len(self.pending) > _AHEAD:
+            self.pending.popleft().result()
+
+    def __enter__(self) -> _Digests:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.pool is not None:
+            try:
+                while self.pending:
+                    self.pending.popleft().result()
+            finally:
+                self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+_SCAN_BLOCK = 4 << 20
+_THREADED_BYTES = 8 << 20  # below this a helper thread costs more than it saves
+_AHEAD = 4  # blocks the digest thread may lag behind the checks
 
 
 def _check_block(dataset: Dataset, view: memoryview, first: int, last: int, starts: np.ndarray,

@@ -30,12 +30,16 @@ def _rules(report) -> list[tuple[str, int | None]]:
     return [(v.rule, v.index) for v in report.violations]
 
 
-@pytest.fixture(params=[1, 10**9], ids=["bulk", "per-sample"])
+@pytest.fixture(params=[(1, False), (10**9, False), (1, True), (10**9, True)],
+                ids=["bulk", "per-sample", "bulk-threaded", "per-sample-threaded"])
 def small_blocks(monkeypatch, request):
     """Blocks of a few samples, so a small dataset spans many blocks; each block checked in
-    bulk, or sample by sample (the two ways `_check_block` has)."""
+    bulk, or sample by sample (the two ways `_check_block` has); the file digests fed inline
+    or by the helper thread (as for large files)."""
+    bulk, threaded = request.param
     monkeypatch.setattr(_verify, "_SCAN_BLOCK", 2048)
-    monkeypatch.setattr(_verify, "_BULK", request.param)
+    monkeypatch.setattr(_verify, "_BULK", bulk)
+    monkeypatch.setattr(_verify, "_THREADED_BYTES", 0 if threaded else 1 << 62)
 
 
 def test_every_broken_payload_and_padding_byte_is_found_in_order(tmp_path, small_blocks):
@@ -92,9 +96,11 @@ def test_scan_matches_a_plain_digest_of_every_block_size(tmp_path, monkeypatch):
 
     expected = xxhash.xxh3_64_hexdigest(ds.blob_member.view)
     for block in (1, 64, 1000, 1 << 20):
-        monkeypatch.setattr(_verify, "_SCAN_BLOCK", block)
-        scan = _verify._scan_blob(ds, None)
-        assert scan.blob_digest == expected, block
-        assert scan.violations == []
+        for threshold in (0, 1 << 62):  # the digests in the helper thread, then inline
+            monkeypatch.setattr(_verify, "_SCAN_BLOCK", block)
+            monkeypatch.setattr(_verify, "_THREADED_BYTES", threshold)
+            scan = _verify._scan_blob(ds, None)
+            assert scan.blob_digest == expected, (block, threshold)
+            assert scan.violations == []
     assert np.all(ds.nbytes > 0)
     ds.close()
