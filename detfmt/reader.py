@@ -612,10 +612,10 @@ def _zeroed_bytes(n: int) -> np.ndarray:
     numpy asks for huge pages for large arrays, so the first writes to a few scattered samples
     (the first batch after open) could each wait for the kernel to find or compact a 2 MiB page;
     a private anonymous mapping keeps that cost to a small-page fault per page touched."""
-    if n < 1 << 22:
+    flags = getattr(mmap, "MAP_PRIVATE", 0) | getattr(mmap, "MAP_ANONYMOUS", 0)
+    if n < 1 << 22 or not hasattr(mmap, "MAP_ANONYMOUS"):
         return np.zeros(n, np.uint8)
-    region = mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    return np.frombuffer(region, np.uint8)
+    return np.frombuffer(mmap.mmap(-1, n, flags=flags), np.uint8)
 
 
 def _ragged_starts(counts: np.ndarray, max_boxes: int, chunk: int = 1 << 20
