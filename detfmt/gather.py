@@ -314,6 +314,8 @@ class Gather:
 
         def run(rows: np.ndarray) -> None:
             kernel(sources, heights, widths, rows, out, pad, prev_h, prev_w)
+            if not len(others):  # all raw: the kernel did everything
+                return
             for j in np.intersect1d(rows, others).tolist():
                 h, w = int(heights[j]), int(widths[j])
                 reader = job.readers[int(job.part[j])]
