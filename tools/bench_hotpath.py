@@ -17,6 +17,9 @@ Cases (each a fresh child process per round, so first-use costs are real):
 - ``loader``: the torch ``Loader`` over the photos, raw, 2 threads, against a 2-thread memcpy of
   as many bytes per batch from the same mapping, and 2 threads against 1 (best of 2 alternations
   of about 2 s each).
+- ``batch``: ``ds.batch`` of 32 random photos (a new padded array each call, the default
+  threads) against one ``np.copyto`` of as many image bytes from the mapping (best of 5
+  alternating passes over 30 batches).
 - ``ragged``: 100k samples with at most 5 boxes and one with 1000, written padded and ragged:
   label bytes (boxes, classes, counts) / valid-box bytes (20 per box) of each, and
   ``ds.labels`` of 201 batches of 32 (one holding the crowded sample), ragged / padded (best
@@ -45,7 +48,8 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 PHOTOS = REPO.parent / "shared" / "data" / "raccoon"
-CASES = ("getitem", "labels", "verify", "verify_tiny", "first_batch", "ragged", "loader")
+CASES = ("getitem", "labels", "verify", "verify_tiny", "first_batch", "ragged", "loader",
+         "batch")
 
 
 # ----------------------------------------------------------------------------- datasets
@@ -153,6 +157,29 @@ def child(case: str, paths: dict[str, str]) -> dict:
                 "detfmt_us": best["detfmt"] / len(order) * 1e6}
     if case == "loader":
         return _loader_case(paths["photos"])
+    if case == "batch":
+        ds = detfmt.open(paths["photos"])
+        rng = np.random.default_rng(6)
+        batches = [np.sort(rng.choice(len(ds), 32, replace=False)) for _ in range(30)]
+        nbytes = [int(np.asarray(ds.sizes, np.int64)[idx].prod(axis=1).sum()) * 3
+                  for idx in batches]
+        blob = np.memmap(Path(paths["photos"]) / "images.bin", np.uint8, mode="r")
+        target = np.empty(max(nbytes), np.uint8)
+        for idx in batches:
+            ds.batch(idx)  # labels checked, pages cached
+        best = {"batch": 1e9, "memcpy": 1e9}
+        for _ in range(5):  # alternate; keep each side's best pass
+            t = time.perf_counter()
+            for idx in batches:
+                ds.batch(idx)
+            best["batch"] = min(best["batch"], time.perf_counter() - t)
+            t = time.perf_counter()
+            for idx, n in zip(batches, nbytes, strict=True):
+                lo = int(ds.index["offset"][idx[0]]) % max(1, blob.size - n)
+                np.copyto(target[:n], blob[lo:lo + n])
+            best["memcpy"] = min(best["memcpy"], time.perf_counter() - t)
+        return {"vs_memcpy": best["memcpy"] / best["batch"],
+                "batch_ms": best["batch"] / len(batches) * 1e3}
     if case == "labels":
         ds = detfmt.open(paths["photos"])
         rng = np.random.default_rng(3)
@@ -320,7 +347,8 @@ def main() -> None:
     keys = {"getitem": ["ratio", "detfmt_us"], "labels": ["share"],
             "verify": ["ratio"], "verify_tiny": ["us_per_sample"],
             "first_batch": ["first_ms", "second_ms"], "ragged": ["ratio"],
-            "loader": ["vs_memcpy", "threads_2_vs_1", "loader_2_img_s"]}
+            "loader": ["vs_memcpy", "threads_2_vs_1", "loader_2_img_s"],
+            "batch": ["vs_memcpy", "batch_ms"]}
     for case in cases:
         for name in impls:
             rounds = results[case][name]
