@@ -37,7 +37,9 @@ def start_slow_writer(target: Path, workers: int = 2) -> tuple[subprocess.Popen[
     return proc, marker
 
 
-def children_of(pid: int) -> list[int]:
+def _processes(keep) -> list[int]:
+    """PIDs whose /proc stat fields after the command name (state, ppid, pgid, ...) pass
+    ``keep``."""
     found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -46,9 +48,13 @@ def children_of(pid: int) -> list[int]:
                     fields = handle.read().rsplit(")", 1)[1].split()
             except OSError:
                 continue
-            if int(fields[1]) == pid:
+            if keep(fields):
                 found.append(int(entry))
     return found
+
+
+def children_of(pid: int) -> list[int]:
+    return _processes(lambda fields: int(fields[1]) == pid)
 
 
 def running(pid: int) -> bool:
@@ -192,17 +198,8 @@ def test_cleanup_removes_only_what_a_writer_wrote(tmp_path: Path) -> None:
 
 
 def group_members(pgid: int) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as handle:
-                    fields = handle.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[2]) == pgid and fields[0] != "Z":
-                found.append(int(entry))
-    return found
+    """Live (not zombie) processes of the process group."""
+    return _processes(lambda fields: int(fields[2]) == pgid and fields[0] != "Z")
 
 
 def test_a_killed_conversion_leaves_no_worker(tmp_path: Path, survivors: list[int]) -> None:
