@@ -77,22 +77,10 @@ def hwc(image: torch.Tensor) -> np.ndarray:
 def yolo(data: Path, names: list[str], out: Path, imgsz: int) -> None:
     from types import SimpleNamespace
 
+    from detfmt.augment.presets import yolo_hyp_defaults
     from detfmt.integrations.ultralytics import DetfmtYoloDataset, DetfmtYoloLoader
 
-    hyp = SimpleNamespace(
-        mosaic=1.0,
-        mixup=0.0,
-        degrees=0.0,
-        translate=0.1,
-        scale=0.5,
-        shear=0.0,
-        perspective=0.0,
-        flipud=0.0,
-        fliplr=0.5,
-        hsv_h=0.015,
-        hsv_s=0.7,
-        hsv_v=0.4,
-    )
+    hyp = SimpleNamespace(**yolo_hyp_defaults())
     dataset = DetfmtYoloDataset(data, augment=True, hyp=hyp)
     loader = DetfmtYoloLoader(dataset, 4, imgsz=imgsz, augment=True, seed=3)
     batches = iter(loader)

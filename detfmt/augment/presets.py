@@ -11,6 +11,8 @@ pre-transform does. `yolo_val` is its validation letterbox.
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 
 from detfmt.augment.color import RandomHSV
@@ -83,3 +85,11 @@ def yolo_train(
 def yolo_val(imgsz: int = 640) -> Letterbox:
     """Ultralytics' validation resize: long side to ``imgsz``, centred on an ``imgsz`` square."""
     return Letterbox(imgsz)
+
+
+def yolo_hyp_defaults() -> dict[str, float]:
+    """Ultralytics' default augmentation hyperparameters (mosaic, translate, hsv_h, ...) as
+    `yolo_train` takes them: its keyword defaults, so the two never disagree."""
+    return {name: param.default for name, param in inspect.signature(yolo_train).parameters.items()
+            if param.kind is inspect.Parameter.KEYWORD_ONLY
+            and name not in ("buffer_size", "generator")}

@@ -16,25 +16,13 @@ pytest.importorskip("ultralytics")
 from ultralytics.utils import ops
 
 import detfmt
+from detfmt.augment.presets import yolo_hyp_defaults
 from detfmt.errors import UsageError
 from detfmt.integrations import ultralytics as du
 
 from ._recipes import run_recipe
 
-HYP = SimpleNamespace(
-    mosaic=1.0,
-    mixup=0.0,
-    degrees=0.0,
-    translate=0.1,
-    scale=0.5,
-    shear=0.0,
-    perspective=0.0,
-    flipud=0.0,
-    fliplr=0.5,
-    hsv_h=0.015,
-    hsv_s=0.7,
-    hsv_v=0.4,
-)
+HYP = SimpleNamespace(**yolo_hyp_defaults())
 
 
 def _train_loader(path, batch_size=4, hyp=HYP):
@@ -172,3 +160,11 @@ def test_recipe_trains_and_validates_from_a_split_root(chess_root, tmp_path):
     val = detfmt.open(chess_root / "val")
     assert int(metrics.nt_per_class.sum()) == int(np.sum(val.counts))  # every val box counted
     assert 0.0 <= metrics.box.map50 <= 1.0
+
+
+def test_preset_defaults_are_ultralytics_defaults():
+    """yolo_train's defaults (yolo_hyp_defaults) are the installed Ultralytics' own."""
+    from ultralytics.cfg import get_cfg
+
+    cfg = get_cfg()
+    assert {name: getattr(cfg, name) for name in yolo_hyp_defaults()} == yolo_hyp_defaults()
