@@ -114,18 +114,21 @@ class Job:
     """One batch located in its parts: everything the fill and the label gather need."""
 
     __slots__ = ("codecs", "counts", "heights", "indices", "local", "nbytes", "offsets", "part",
-                 "readers", "widths")
+                 "readers", "table", "widths")
 
     def __init__(self, indices: np.ndarray) -> None:
         b = len(indices)
         self.indices = indices
-        self.part = np.zeros(b, np.int64)  # part number of each sample
+        # one allocation for the per-sample columns (a batch is a few dozen samples: the cost
+        # is the number of numpy calls, not their size)
+        self.table = np.zeros((6, b), np.int64)
+        self.part = self.table[0]  # part number of each sample
+        self.heights = self.table[1]
+        self.widths = self.table[2]
+        self.counts = self.table[3]
+        self.offsets = self.table[4]
+        self.nbytes = self.table[5]
         self.local = indices  # index inside its part
-        self.heights = np.zeros(b, np.int64)
-        self.widths = np.zeros(b, np.int64)
-        self.counts = np.zeros(b, np.int64)
-        self.offsets = np.zeros(b, np.int64)
-        self.nbytes = np.zeros(b, np.int64)
         self.codecs = np.zeros(b, np.uint8)
         self.readers: dict[int, Part] = {}  # the parts this batch reads, kept open
 
@@ -135,22 +138,24 @@ class Job:
     @property
     def sizes(self) -> np.ndarray:
         """(B, 2) int32 (height, width) of each image."""
-        return np.stack([self.heights, self.widths], axis=1).astype(np.int32)
+        return self.table[1:3].T.astype(np.int32)
 
     @property
     def shape(self) -> tuple[int, int]:
         """(Hmax, Wmax) of the batch; (0, 0) when it is empty."""
         if not len(self.indices):
             return (0, 0)
-        return int(self.heights.max()), int(self.widths.max())
+        height, width = self.table[1:3].max(axis=1).tolist()
+        return height, width
 
     def padded_shape(self, where: str) -> tuple[int, int]:
         """`shape`, after `check_padding` (one huge image among small ones must not allocate
         gigabytes of padding)."""
         height, width = self.shape
-        areas = self.heights.astype(np.int64) * self.widths.astype(np.int64)
-        check_padding(len(self.indices), height, width, int(areas.sum()) * 3, where,
-                      int(self.indices[int(np.argmax(areas))]) if len(areas) else None)
+        if len(self.indices) * height * width * 3 > PADDING_LIMIT:  # else within any budget
+            areas = self.heights * self.widths
+            check_padding(len(self.indices), height, width, int(areas.sum()) * 3, where,
+                          int(self.indices[int(np.argmax(areas))]))
         return height, width
 
     def groups(self) -> list[tuple[Part, np.ndarray, np.ndarray]]:
@@ -217,7 +222,7 @@ class Gather:
                 self._locate_part(job, 0, None, idx, labels)
             return job
         part = np.searchsorted(starts, idx, side="right") - 1
-        job.part = part
+        job.part[:] = part
         job.local = idx - starts[part]
         for k in np.unique(part).tolist():
             rows = np.flatnonzero(part == k)
@@ -240,14 +245,14 @@ class Gather:
     # ------------------------------------------------------------------ pixels
 
     def fill(self, job: Job, out: np.ndarray, pad_value: int | None = 0,
-             previous: Sequence[tuple[int, int]] | None = None, io: str = "mmap",
-             num_threads: int = 1) -> list[tuple[int, int]]:
+             previous: Sequence[tuple[int, int]] | np.ndarray | None = None, io: str = "mmap",
+             num_threads: int = 1) -> np.ndarray:
         """Write the job's images into ``out`` (B, H, W, 3), each at the top-left of its slot.
 
         Pixels outside the images become ``pad_value`` (None leaves them as they are).
         ``previous`` (optional) is what the last fill of this buffer returned, nobody having
         written since: only the parts it wrote outside the new images are cleared. Returns the
-        (h, w) written per slot.
+        (h, w) written per slot, a (B, 2) int64 array.
         """
         if io not in IO_MODES:
             raise errors.UsageError(f"io must be one of {IO_MODES}, got {io!r}")
@@ -257,17 +262,17 @@ class Gather:
         kernel = _kernel.raw_gather() if io == "mmap" else None
         if kernel is not None and self._fill_native(kernel, job, out, pad_value, previous,
                                                     num_threads):
-            return list(zip(job.heights.tolist(), job.widths.tolist(), strict=True))
+            return job.table[1:3].T.copy()
         if num_threads > 1 and b > 1:
             parts = [range(t, b, num_threads) for t in range(num_threads)]
             list(_pool().map(lambda rows: self._fill_rows(job, out, rows, pad_value, previous,
                                                            io), parts))
         else:
             self._fill_rows(job, out, range(b), pad_value, previous, io)
-        return list(zip(job.heights.tolist(), job.widths.tolist(), strict=True))
+        return job.table[1:3].T.copy()
 
     def _fill_native(self, kernel: Callable[..., int], job: Job, out: np.ndarray,
-                     pad_value: int | None, previous: Sequence[tuple[int, int]] | None,
+                     pad_value: int | None, previous: Sequence[tuple[int, int]] | np.ndarray | None,
                      num_threads: int) -> bool:
         """`fill` through the native kernel (`detfmt._kernel`): raw images and padding in one
         GIL-free call per thread, other codecs decoded after it. False, having written
@@ -280,28 +285,37 @@ class Gather:
                                           and 0 <= pad_value <= 255):
             return False
         height, width = out.shape[1], out.shape[2]
-        heights = job.heights.astype(np.int64)
-        widths = job.widths.astype(np.int64)
-        big = np.flatnonzero((heights > height) | (widths > width))
-        if len(big):
-            j = int(big[0])
+        if not b:
+            return True
+        heights, widths, offsets = job.heights, job.widths, job.offsets  # int64 columns
+        if heights.max() > height or widths.max() > width:
+            j = int(np.flatnonzero((heights > height) | (widths > width))[0])
             raise errors.UsageError(
                 f"the image is {heights[j]}x{widths[j]}, larger than the batch's "
                 f"{height}x{width} canvas", path=self.where, index=int(job.indices[j]))
         raw = job.codecs == spec.CODEC_RAW
-        keys = sorted(job.readers)
-        which = np.searchsorted(np.array(keys, np.int64), job.part)  # each row's part
-        blobs = [job.readers[k].blob for k in keys]
-        sizes = np.array([blob.size for blob in blobs], np.int64)[which]
-        bases = np.array([blob.ctypes.data if blob.size else 0 for blob in blobs],
-                         np.int64)[which]
-        offsets = job.offsets.astype(np.int64)
+        all_raw = bool(raw.all())
+        image_bytes = heights * widths * 3
+        if len(job.readers) == 1:  # one part: scalars instead of per-row tables
+            (blob,) = (reader.blob for reader in job.readers.values())
+            base, size = (blob.ctypes.data if blob.size else 0), blob.size
+        else:
+            keys = sorted(job.readers)
+            which = np.searchsorted(np.array(keys, np.int64), job.part)  # each row's part
+            blobs = [job.readers[k].blob for k in keys]
+            size = np.array([blob.size for blob in blobs], np.int64)[which]
+            base = np.array([blob.ctypes.data if blob.size else 0 for blob in blobs],
+                            np.int64)[which]
         # checked records guarantee this; the kernel writes through raw pointers, so say it
-        ends = offsets + heights * widths * 3
-        if not (ends[raw] <= sizes[raw]).all() or \
-                not (job.nbytes[raw] == heights[raw] * widths[raw] * 3).all():
-            return False
-        sources = np.where(raw, bases + offsets, 0)
+        ends = offsets + image_bytes
+        if all_raw:
+            if not ((ends <= size).all() and (job.nbytes == image_bytes).all()):
+                return False
+            sources = offsets + base
+        else:
+            if not ((ends <= size) | ~raw).all() or not ((job.nbytes == image_bytes) | ~raw).all():
+                return False
+            sources = np.where(raw, offsets + base, 0)
         if previous is None:
             prev_h = np.full(b, height, np.int64)
             prev_w = np.full(b, width, np.int64)
@@ -310,11 +324,11 @@ class Gather:
             prev_h = np.minimum(sizes_before[:, 0], height)
             prev_w = np.minimum(sizes_before[:, 1], width)
         pad = -1 if pad_value is None else int(pad_value)
-        others = np.flatnonzero(~raw)
+        others = None if all_raw else np.flatnonzero(~raw)
 
         def run(rows: np.ndarray) -> None:
             kernel(sources, heights, widths, rows, out, pad, prev_h, prev_w)
-            if not len(others):  # all raw: the kernel did everything
+            if others is None or not len(others):  # all raw: the kernel did everything
                 return
             for j in np.intersect1d(rows, others).tolist():
                 h, w = int(heights[j]), int(widths[j])
@@ -329,7 +343,7 @@ class Gather:
         return True
 
     def _fill_rows(self, job: Job, out: np.ndarray, rows: range, pad_value: int | None,
-                   previous: Sequence[tuple[int, int]] | None, io: str) -> None:
+                   previous: Sequence[tuple[int, int]] | np.ndarray | None, io: str) -> None:
         height, width = out.shape[1], out.shape[2]
         parts = job.part.tolist()
         local = job.local.tolist()

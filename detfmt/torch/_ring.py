@@ -14,7 +14,11 @@ import threading
 import numpy as np
 import torch
 
+from detfmt._buffers import aligned_empty
+
 __all__ = ["BufferRing", "Slot", "storage_use_count"]
+
+HUGE_PAGE = 2 << 20
 
 
 def storage_use_count(tensor: torch.Tensor) -> int:
@@ -29,9 +33,15 @@ class Slot:
 
     def __init__(self, index: int, capacity: int, pin: bool, shared: bool) -> None:
         self.index = index
-        self.tensor = torch.empty(capacity, dtype=torch.uint8, pin_memory=pin)
-        if shared:
-            self.tensor.share_memory_()
+        if pin or shared:
+            self.tensor = torch.empty(capacity, dtype=torch.uint8, pin_memory=pin)
+            if shared:
+                self.tensor.share_memory_()
+        else:
+            # numpy asks for transparent huge pages on large arrays (torch does not): a gather
+            # writes each image row by row across the whole buffer, and 2 MiB pages spare it a
+            # TLB miss every couple of rows
+            self.tensor = torch.from_numpy(aligned_empty(capacity, align=HUGE_PAGE))
         self.array = self.tensor.numpy()
         self.busy = False
         self.event: object | None = None  # a CUDA event: the async copy out of this slot
@@ -92,7 +102,12 @@ class BufferRing:
         with self._lock:
             slot.busy = False
 
-    def view(self, slot: Slot, shape: tuple[int, ...]) -> np.ndarray:
-        """The first prod(shape) bytes of the slot as a C-contiguous uint8 array."""
-        count = int(np.prod(shape))
-        return slot.array[:count].reshape(shape)
+    def view(self, slot: Slot, shape: tuple[int, int, int, int]) -> np.ndarray:
+        """The first prod(shape) bytes of the slot as a C-contiguous (B, H, W, C) uint8 array."""
+        b, h, w, c = shape
+        return slot.array[: b * h * w * c].reshape(shape)
+
+    def tensor_view(self, slot: Slot, shape: tuple[int, int, int, int]) -> torch.Tensor:
+        """`view` as a tensor sharing the slot's storage (so the ring sees it held)."""
+        _, h, w, c = shape
+        return slot.tensor.as_strided(shape, (h * w * c, w * c, c, 1))

@@ -491,7 +491,6 @@ class Loader:
     def _fill(self, job: Job, slot: Slot, hw: tuple[int, int]) -> Batch:
         height, width = hw
         shape = (len(job), height, width, 3)
-        count = int(np.prod(shape))
         boxes, classes, mask, fields = self.engine.labels(job)
         if self._gpu is not None and self._gpu.wants(job):
             hwc = self._gpu.decode_batch(self.engine, job, shape, self.pad_value)
@@ -507,7 +506,7 @@ class Loader:
             extents = self.engine.fill(job, self.ring.view(slot, shape), self.pad_value,
                                        previous=previous, io=self.io)
             slot.layout = ((height, width), self.pad_value, extents, slot.tensor._version)
-            hwc = slot.tensor[:count].view(shape)
+            hwc = self.ring.tensor_view(slot, shape)
         images = hwc if self.layout == "HWC" else hwc.permute(0, 3, 1, 2)
         return Batch(
             images=images,

@@ -297,6 +297,23 @@ def test_ring_recycles_released_buffers(make_any):
         check_batch(batch, ds)
 
 
+def test_ring_buffers_are_huge_page_aligned_and_held_views_keep_them(make_any):
+    """CPU ring buffers start on a 2 MiB boundary (numpy asks for transparent huge pages on
+    them); a batch's images view the buffer, so holding it keeps the slot from reuse."""
+    from detfmt.torch._ring import HUGE_PAGE
+
+    ds = make_any([(16, 16)] * 8)
+    loader = Loader(ds, 4, num_threads=1, prefetch=1)
+    held = next(iter(loader))
+    held_ptr = held.images.untyped_storage().data_ptr()
+    slot = next(s for s in loader.ring.slots
+                if s.tensor.untyped_storage().data_ptr() == held_ptr)
+    assert slot.tensor.data_ptr() % HUGE_PAGE == 0
+    assert slot.referenced()
+    del held
+    assert not slot.referenced()
+
+
 def test_early_stop_and_errors_leave_no_threads(make_any):
     ds = make_any(varied_shapes(50))
     loader = Loader(ds, 2, num_threads=3, prefetch=4)
