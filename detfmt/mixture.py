@@ -46,6 +46,12 @@ def _open(source: Any) -> tuple[DatasetLike, bool]:
     return source, False
 
 
+def _reopen(sources: list[tuple[Any, tuple]], options: dict[str, Any]) -> Mixture:
+    mix = Mixture([opener(*args) for opener, args in sources], **options)
+    mix._owned = list(mix.sources)  # opened here: closed with the mixture
+    return mix
+
+
 def _renames(class_map: ClassMap | None, count: int) -> list[Mapping[str, str]]:
     if class_map is None:
         return [{} for _ in range(count)]
@@ -124,6 +130,9 @@ class Mixture(EpochIteration):
         self.epoch_length = epoch_length
         self.repeat_threshold = repeat_threshold
         self._factors: dict[tuple[int, float], np.ndarray] = {}
+        self._options = {"weights": self.weights, "epoch_length": epoch_length,
+                         "class_names": None if class_names is None else list(class_names),
+                         "class_map": class_map, "repeat_threshold": repeat_threshold}
         self.class_names, self.class_maps = self._map_classes(class_names, class_map)
         self._check_box_fields()
         self.schema = self._schema()
@@ -353,6 +362,11 @@ class Mixture(EpochIteration):
         return _MixtureFollower(self, batches, ahead)
 
     # ------------------------------------------------------------------ lifecycle
+
+    def __reduce__(self) -> tuple[Any, tuple]:
+        """Pickled as its sources' identities and its options: re-opened in the process that
+        unpickles it (DataLoader workers, spawn), never with the parent's mappings."""
+        return _reopen, ([ds.__reduce__() for ds in self.sources], self._options)
 
     def close(self) -> None:
         """Close the sources this mixture opened from paths (not those passed in open)."""

@@ -65,6 +65,34 @@ def test_mixture_batches_are_the_sources_samples(sources):
     assert set(local[source == 1].tolist()) == set(range(11))  # 20 of 11: whole passes
 
 
+def test_ring_data_loader_reads_a_mixture_like_the_loader(tmp_path, sources):
+    """A Mixture reaches DataLoader worker processes (pickled as its sources and options,
+    re-opened there, class names mapped by name) and gives the Loader's batches."""
+    import pickle
+
+    from detfmt.torch import RingDataLoader
+
+    a, _ = sources
+    c = write_named(tmp_path / "c", 9, ["zebra", *a.class_names], seed=5)
+    mix = Mixture([a, c], weights=[0.6, 0.4], epoch_length=24,
+                  class_names=[*a.class_names, "zebra"])
+    again = pickle.loads(pickle.dumps(mix))
+    assert again.class_names == mix.class_names and len(again) == len(mix)
+    np.testing.assert_array_equal(again.batch([0, 31, 35]).classes, mix.batch([0, 31, 35]).classes)
+    again.close()
+    want = list(Loader(mix, 4, seed=7, num_threads=1))
+    ring = RingDataLoader(mix, 4, num_workers=2, seed=7)
+    got = list(ring)
+    assert len(got) == len(want) == 6
+    for g, w in zip(got, want, strict=True):
+        assert g.indices.tolist() == w.indices.tolist()
+        np.testing.assert_array_equal(g.images.numpy(), w.images.numpy())
+        np.testing.assert_array_equal(g.classes.numpy(), w.classes.numpy())
+        np.testing.assert_array_equal(g.boxes.numpy(), w.boxes.numpy())
+    mapped = np.concatenate([g.classes[g.mask].numpy() for g in got])
+    assert (mapped >= 0).all() and (mapped < len(mix.class_names)).all()
+
+
 def test_mixture_proportions_over_an_epoch(tmp_path):
     parts = [make_dataset(tmp_path / f"d{k}", [(8, 8)] * n) for k, n in enumerate((50, 20, 7))]
     weights = [0.6, 0.3, 0.1]
