@@ -240,10 +240,11 @@ def _flagged(sizes: np.ndarray, counts: np.ndarray, ends: np.ndarray, boxes: np.
     valid = (classes >= 0) & (classes < num_classes)
     valid &= (x1 >= 0.0) & (x1 <= x2) & (x2 <= widths)
     valid &= (y1 >= 0.0) & (y1 <= y2) & (y2 <= heights)
+    flagged = counts > spec.MAX_BOXES
     bad = np.flatnonzero(~valid)
-    owners = np.searchsorted(ends, bad, side="right") if bad.size else bad
-    crowded = np.flatnonzero(counts > spec.MAX_BOXES)
-    return np.union1d(owners, crowded)
+    if bad.size:
+        flagged[np.searchsorted(ends, bad, side="right")] = True  # the samples owning them
+    return np.flatnonzero(flagged)
 
 
 class _Columns:
