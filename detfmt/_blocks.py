@@ -17,6 +17,7 @@ between samples, as with `prepare`.
 from __future__ import annotations
 
 import dataclasses
+import operator
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -39,6 +40,7 @@ MIN_BLOCK = 8
 _U8, _F64, _I64 = np.dtype(np.uint8), np.dtype(np.float64), np.dtype(np.int64)
 _ZEROS = bytes(spec.ALIGNMENT)
 _INT64 = (-(1 << 63), (1 << 63) - 1)
+_first, _second = operator.itemgetter(0), operator.itemgetter(1)
 _FULL: tuple[int, Any] = (-1, None)  # what `_read_block` returns when the block is full
 
 
@@ -78,9 +80,7 @@ class _Read:
     def __init__(self, first: int) -> None:
         self.first = first  # input index of the first sample
         self.payloads: list[bytes] = []
-        self.heights: list[int] = []
-        self.widths: list[int] = []
-        self.checksums: list[int] = []
+        self.shapes: list[tuple[int, int, int]] = []
         self.counts: list[int] = []
         self.boxes: list[bytes] = []  # float64, of the samples with boxes
         self.classes: list[bytes] = []  # int64, of the samples with boxes
@@ -120,11 +120,10 @@ def blocked_stream(samples: Iterable[Any], rules: Rules) -> Iterator[tuple[int, 
 def _read_block(iterator: Iterator[tuple[int, Any]], read: _Read) -> tuple[int, Any] | None:
     """Read samples into ``read`` until the block is full (`_FULL`), the input ends (None), or
     a sample does not fit a block ((index, sample), not read into it)."""
-    payloads, heights, widths = read.payloads.append, read.heights.append, read.widths.append
-    checksums, counts = read.checksums.append, read.counts.append
+    payloads, shapes, counts = read.payloads.append, read.shapes.append, read.counts.append
     boxes, classes = read.boxes.append, read.classes.append
     names, source_ids = read.names.append, read.source_ids.append
-    ndarray, asarray, digest = np.ndarray, np.asarray, xxhash.xxh3_64_intdigest
+    ndarray, asarray = np.ndarray, np.asarray
     u8, f64, i64 = _U8, _F64, _I64
     low, high = _INT64
     max_name, large = spec.MAX_STRING_BYTES, LARGE_PAYLOAD
@@ -142,7 +141,8 @@ def _read_block(iterator: Iterator[tuple[int, Any]], read: _Read) -> tuple[int, 
                 return index, sample
             if type(image) is not ndarray or image.dtype is not u8:
                 return index, sample
-            height, width, channels = image.shape
+            shape = image.shape
+            height, width, channels = shape
             nbytes = height * width * channels
             if channels != 3 or not 0 < nbytes < large:  # (so 0 < each side < MAX_SIDE)
                 return index, sample
@@ -179,9 +179,7 @@ def _read_block(iterator: Iterator[tuple[int, Any]], read: _Read) -> tuple[int, 
         except Exception:  # `prepare` names what is wrong, or raises it as before
             return index, sample
         payloads(payload)
-        heights(height)
-        widths(width)
-        checksums(digest(payload))
+        shapes(shape)
         counts(count)
         if count:
             boxes(box_bytes)
@@ -202,7 +200,8 @@ def _outcomes(read: _Read, rules: Rules) -> Iterator[tuple[int, Any]]:
         for j in range(n):
             yield first + j, _one(read, j, rules)
         return
-    sizes = np.ascontiguousarray(np.array([read.heights, read.widths], np.int64).T)
+    sizes = np.empty((n, 2), np.int64)
+    sizes[:, 0], sizes[:, 1] = list(map(_first, read.shapes)), list(map(_second, read.shapes))
     counts = np.array(read.counts, np.int64)
     ends = np.cumsum(counts)
     starts = ends - counts
@@ -258,7 +257,7 @@ class _Columns:
         padded = self.nbytes + (-self.nbytes % spec.ALIGNMENT)
         self.offsets = np.cumsum(padded) - padded
         self.pixels = memoryview(_joined(read.payloads, self.nbytes, padded))
-        self.checksums = np.array(read.checksums, np.uint64)
+        self.checksums = np.array(list(map(xxhash.xxh3_64_intdigest, read.payloads)), np.uint64)
         self.source_ids = np.array(read.source_ids, np.int64)
         self.names = read.names
         self.name_ends = np.cumsum(np.fromiter(map(len, read.names), np.int64, len(read.names)))
@@ -304,12 +303,13 @@ def _one(read: _Read, j: int, rules: Rules) -> Prepared | InvalidSampleError:
         raw_classes = np.frombuffer(read.classes[k], np.int64)
     else:
         raw_boxes, raw_classes = np.zeros((0, 4)), np.zeros(0, np.int64)
-    height, width = read.heights[j], read.widths[j]
+    height, width = read.shapes[j][0], read.shapes[j][1]
     try:
         boxes, classes, clipped = check_labels(raw_boxes, raw_classes, height, width, index,
                                                rules)
     except InvalidSampleError as error:
         return error
     payload = read.payloads[j]
-    return Prepared(payload, height, width, spec.CODEC_RAW, read.checksums[j], boxes, classes,
-                    (), (height, width), _IDENTITY, read.source_ids[j], read.names[j], clipped)
+    return Prepared(payload, height, width, spec.CODEC_RAW, xxhash.xxh3_64_intdigest(payload),
+                    boxes, classes, (), (height, width), _IDENTITY, read.source_ids[j],
+                    read.names[j], clipped)
