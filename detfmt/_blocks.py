@@ -97,9 +97,10 @@ def blocked_stream(samples: Iterable[Any], rules: Rules) -> Iterator[tuple[int, 
         read = _Read(first)
         try:
             odd = _read_block(iterator, read)
-        except BaseException:
+        except Exception:
             # the input itself failed: the samples read before come first (an invalid one among
-            # them is the error to report, as it would have been without blocks)
+            # them is the error to report, as it would have been without blocks); Ctrl-C and
+            # SIGTERM (BaseExceptions) stop at once
             yield from _outcomes(read, rules)
             raise
         yield from _outcomes(read, rules)

@@ -239,3 +239,18 @@ def test_normalised_looking_boxes_warn_from_blocks(tmp_path, blocks_appended):
     with warnings.catch_warnings():
         warnings.simplefilter("error", detfmt.errors.NormalizedBoxesWarning)
         detfmt.write(samples((10, 2, 50, 60)), tmp_path / "b", classes=CLASSES)
+
+
+def test_ctrl_c_in_the_input_is_not_replaced(tmp_path):
+    """Ctrl-C (or SIGTERM) raised by the input mid-block stops the write at once: not turned
+    into the error of a sample read before it, nothing left behind."""
+    samples = tiny(40)
+    samples[5] = broken(samples[5], "CLASS_RANGE")
+
+    def interrupted():
+        yield from samples[:30]
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        detfmt.write(interrupted(), tmp_path / "ds", classes=CLASSES)
+    assert not (tmp_path / "ds").exists() and not list(tmp_path.glob(".detfmt-tmp-*"))
