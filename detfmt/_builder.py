@@ -16,7 +16,8 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from detfmt import _io, _members, spec
-from detfmt._prepare import Prepared
+from detfmt._blocks import Block
+from detfmt._prepare import _IDENTITY, Prepared
 from detfmt._sink import Sink
 from detfmt.errors import UsageError
 from detfmt.options import WriteOptions
@@ -206,6 +207,44 @@ class DatasetBuilder:
         self.n += 1
         if len(self._records) >= BLOCK:
             self._flush_block()
+
+    def append_block(self, block: Block) -> None:
+        """Append a block of checked samples (`detfmt._blocks`) as columns: one write of its
+        pixels, one array per member."""
+        n = len(block)
+        if self.n + n > spec.MAX_SAMPLES:
+            raise UsageError(f"more than {spec.MAX_SAMPLES} samples")
+        self._flush_block()  # samples appended one by one before it come first
+        offset = self.blob.size
+        self.blob.write(block.pixels)
+        records = np.zeros(n, spec.INDEX_DTYPE)
+        records["offset"] = offset + block.offsets
+        records["nbytes"] = records["decoded_nbytes"] = block.nbytes
+        records["checksum"] = block.checksums
+        records["height"], records["width"] = block.sizes[:, 0], block.sizes[:, 1]
+        records["channels"], records["codec"] = spec.CHANNELS, spec.CODEC_RAW
+        self.index.append(records)
+        self.counts.append(block.counts.astype("<i4"))
+        if len(block.boxes):
+            self.boxes.append(block.boxes.astype("<f4", copy=False))
+            self.classes.append(block.classes.astype("<i4", copy=False))
+            self.num_boxes += len(block.boxes)
+            self.max_boxes = max(self.max_boxes, int(block.counts.max()))
+        self.orig_size.append(block.sizes.astype("<u4"))
+        self.scale_offset.append(np.tile(np.array(_IDENTITY, "<f8"), (n, 1)))
+        self.source_id.append(block.source_ids.astype("<i8", copy=False))
+        self.name_ends.append((self._name_end + block.name_ends).astype("<u8"))
+        if block.names:
+            self.names.append(block.names)
+            self._name_end += len(block.names)
+        self.clipped += block.clipped
+        self.codec_counts[spec.CODEC_RAW] += n
+        first, last = block.sizes[0].tolist(), block.sizes[-1].tolist()
+        if (self.shape is not None and self.shape != tuple(first)) or \
+                not (block.sizes == block.sizes[0]).all():
+            self.same_shape = False
+        self.shape = (last[0], last[1])
+        self.n += n
 
     def _flush_block(self) -> None:
         if not self._records:

@@ -4,7 +4,8 @@ Only samples whose preparation decodes, resizes or encodes go to worker processe
 already-sized array stored raw is prepared here (shipping it to a worker would pickle its pixels
 there and back for nothing). Results come back in input order from a bounded window, so memory
 stays bounded whatever the input length. An invalid sample comes back as its error (the caller
-raises it or skips it), in order, like any other result.
+raises it or skips it), in order, like any other result. Without workers, samples that need
+only checks (small arrays stored raw) are read and checked in blocks (`detfmt._blocks`).
 """
 
 from __future__ import annotations
@@ -14,13 +15,15 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import BrokenExecutor, Future
 from typing import Any
 
-from detfmt import _processes
+from detfmt import _blocks, _processes
+from detfmt._blocks import Block
 from detfmt._prepare import Prepared, Rules, needs_worker, prepare
 from detfmt.errors import InvalidSampleError, WriteError
 
 __all__ = ["Outcome", "prepared_stream"]
 
-Outcome = tuple[int, Prepared | InvalidSampleError]
+#: a Block stands for its samples from the index on
+Outcome = tuple[int, Prepared | Block | InvalidSampleError]
 
 _rules: Rules | None = None  # set in each worker once, by the pool initializer
 
@@ -65,6 +68,9 @@ def _outcome(index: int, future: Future) -> Prepared | InvalidSampleError:
 
 def prepared_stream(samples: Iterable[Any], rules: Rules, workers: int) -> Iterator[Outcome]:
     """(index, prepared sample or its InvalidSampleError) for every input sample, in order."""
+    if workers <= 0 and _blocks.applies(rules):
+        yield from _blocks.blocked_stream(samples, rules)
+        return
     if workers <= 0:
         for index, sample in enumerate(samples):
             yield index, _prepare_here(index, sample, rules, keep=False)

@@ -28,7 +28,10 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from detfmt import _io, _json, _members, _processes, errors, spec
+from detfmt._blocks import Block
 from detfmt._builder import DatasetBuilder
 from detfmt._cleanup import CleanupReport, cleanup
 from detfmt._prepare import Prepared, Rules
@@ -352,16 +355,31 @@ class _Feed:
         # generator is collected (interpreter exit would wait for the pool's thread first)
         with contextlib.closing(stream):  # type: ignore[type-var]
             for _, result in stream:
-                if not isinstance(result, Prepared):
-                    if not self.skip:
-                        raise result
-                    self._skipped(result)
-                else:
+                if isinstance(result, Prepared):
                     append(result)
                     if not self.warned and len(result.classes):
-                        self._track_normalized(result)
+                        self._track_normalized(result.boxes, result.height, result.width)
+                elif isinstance(result, Block):
+                    self._append_block(result)
+                    continue
+                elif not self.skip:
+                    raise result
+                else:
+                    self._skipped(result)
                 if self.bar is not None:
                     self.bar.update(1)
+
+    def _append_block(self, block: Block) -> None:
+        self.builder.append_block(block)
+        if not self.warned:
+            for j in np.flatnonzero(block.counts)[:NORMALIZED_EVIDENCE].tolist():
+                start = int(block.starts[j])
+                self._track_normalized(block.boxes[start : start + int(block.counts[j])],
+                                       int(block.sizes[j, 0]), int(block.sizes[j, 1]))
+                if self.warned:
+                    break
+        if self.bar is not None:
+            self.bar.update(len(block))
 
     def _skipped(self, error: errors.InvalidSampleError) -> None:
         self.skipped += 1
@@ -369,11 +387,11 @@ class _Feed:
         if len(self.examples) < _SKIP_EXAMPLES:
             self.examples.append(str(error))
 
-    def _track_normalized(self, item: Prepared) -> None:
+    def _track_normalized(self, boxes: np.ndarray, height: int, width: int) -> None:
         """Stored boxes all within 0..1 on stored images of many pixels (the inputs were then
         within 0..1 too, or the image was shrunk to a few pixels)."""
         self.with_boxes += 1
-        if float(item.boxes.max()) <= 1.0 and min(item.height, item.width) > NORMALIZED_MIN_SIDE:
+        if float(boxes.max()) <= 1.0 and min(height, width) > NORMALIZED_MIN_SIDE:
             self.normalized += 1
         if self.with_boxes >= NORMALIZED_EVIDENCE:
             self._maybe_warn()

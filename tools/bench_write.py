@@ -1,6 +1,7 @@
 """Writer benchmark: `detfmt.write` against a plain write + fsync of the same bytes, and shard I/O.
 
-Every measurement runs in a fresh child process (so peak memory is its own), and within a round
+Every measurement runs in a fresh child process (so peak memory is its own; detfmt and the
+modules ``write`` imports on first use are imported before the clock), and within a round
 the plain baseline and each implementation run back to back, in an order rotated per round; the
 tables report min / median / max of the per-round ratios (never absolute times as pass/fail) and
 the machine load of each round. ``--impl NAME=DIR`` runs the `detfmt` package found in DIR (for
@@ -160,7 +161,15 @@ def child(case: str, impl: str, count: int, workdir: str) -> dict[str, Any]:
     path (this process was started with it first on PYTHONPATH)."""
     target = Path(workdir) / "out"
     if impl != "plain":
-        import detfmt  # imported before any clock starts
+        # imported before any clock starts, with the modules write() imports on first use (the
+        # writer; the reader of its self-check, whose np.unique imports numpy.ma): where no
+        # bytecode cache is written (PYTHONDONTWRITEBYTECODE), compiling them took 0.2-0.4 s
+        # of the first write, a one-off cost that is not per sample
+        import numpy.ma  # noqa: F401
+
+        import detfmt
+        import detfmt.reader
+        import detfmt.writer
     if case in ("raw640", "raw640w2"):
         arrays = _images(count, 640)
         nbytes = sum(a.nbytes for a in arrays)
