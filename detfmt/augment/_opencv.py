@@ -73,24 +73,34 @@ def _plane(array: np.ndarray) -> np.ndarray:
     return array[..., 0] if array.shape[-1] == 1 else array
 
 
-def opencv_matrices(matrix: torch.Tensor) -> np.ndarray:
-    """(B, 3, 3) float64 inverse maps (output -> source) in OpenCV's pixel-centre convention.
+def opencv_inverse(matrix: np.ndarray) -> np.ndarray:
+    """(..., 3, 3) float64 inverse maps (output -> source) in OpenCV's pixel-centre convention.
 
     detfmt's pixel i spans [i, i + 1) (centre i + 0.5); OpenCV's centre is i. So
     M_cv = T(-0.5) @ M @ T(+0.5), and its inverse is passed with ``WARP_INVERSE_MAP`` (float64
     like the torch path's inverse).
     """
-    shift = torch.eye(3, dtype=torch.float64)
+    shift = np.eye(3)
     shift[:2, 2] = 0.5
-    unshift = torch.eye(3, dtype=torch.float64)
+    unshift = np.eye(3)
     unshift[:2, 2] = -0.5
-    m_cv = unshift @ matrix.detach().to("cpu", torch.float64) @ shift
-    return torch.linalg.inv(m_cv).numpy()
+    return np.linalg.inv(unshift @ np.asarray(matrix, dtype=np.float64) @ shift)
+
+
+def opencv_matrices(matrix: torch.Tensor) -> np.ndarray:
+    """`opencv_inverse` of (B, 3, 3) source -> output matrices."""
+    return opencv_inverse(matrix.detach().to("cpu", torch.float64).numpy())
 
 
 @dataclasses.dataclass(frozen=True)
 class Tile:
-    """``canvas[y0:y1, x0:x1] = array[y0 - top : y1 - top, x0 - left : x1 - left]``."""
+    """``canvas[y0:y1, x0:x1] = array[y0 - top : y1 - top, x0 - left : x1 - left]``.
+
+    A scaled tile (``scale_x``, ``scale_y`` != 1: `Mosaic` with ``resize``) shows ``array``
+    scaled about its origin, then moved by (left, top): canvas point (x, y) holds array point
+    ((x - left) / scale_x, (y - top) / scale_y), inside the rectangle only; the warp reads it
+    straight from ``array`` (`_warp_tiles`).
+    """
 
     array: np.ndarray  # (h, w, C) uint8, HWC
     x0: int
@@ -99,9 +109,21 @@ class Tile:
     y1: int
     left: int
     top: int
+    scale_x: float = 1.0
+    scale_y: float = 1.0
+
+    @property
+    def scaled(self) -> bool:
+        return self.scale_x != 1.0 or self.scale_y != 1.0
 
     def covers(self, x0: int, y0: int, x1: int, y1: int) -> bool:
         return self.x0 <= x0 and self.y0 <= y0 and x1 <= self.x1 and y1 <= self.y1
+
+    def to_canvas(self) -> np.ndarray:
+        """3x3 array -> canvas (continuous pixels): the scale, then (left, top)."""
+        return np.array(
+            [[self.scale_x, 0.0, self.left], [0.0, self.scale_y, self.top], [0.0, 0.0, 1.0]]
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -239,6 +261,111 @@ def _read_window(
     return out
 
 
+def _output_span(low: float, high: float, size: int) -> tuple[int, int]:
+    """Output pixels [a, b) whose centres i + 0.5 lie in [low, high), clipped to [0, size)."""
+    a = min(max(math.ceil(low - 0.5), 0), size)
+    b = min(max(math.ceil(high - 0.5), 0), size)
+    return a, b
+
+
+def _stage_crop(part: np.ndarray, staged: int) -> np.ndarray:
+    """``part`` with a 1 px replicated border, as ``staged`` channels (RGB as RGBA), in scratch.
+
+    The border lets bilinear samples near the crop's edge read the edge pixel (a replicated
+    edge) instead of being skipped by ``BORDER_TRANSPARENT``.
+    """
+    height, width, channels = part.shape
+    out = _scratch("tile", (height + 2, width + 2, staged))
+    inner = out[1:-1, 1:-1]
+    if staged == 4 and channels == 3:
+        _cv2().cvtColor(part, _cv2().COLOR_RGB2RGBA, dst=inner)
+    else:
+        np.copyto(inner, part)
+    out[0, 1:-1] = inner[0]
+    out[-1, 1:-1] = inner[-1]
+    out[:, 0] = out[:, 1]
+    out[:, -1] = out[:, -2]
+    return out
+
+
+def _warp_tiles(
+    tiles: list[Tile],
+    forward: np.ndarray,
+    dst: np.ndarray,
+    *,
+    fill: float,
+    staged: int,
+    perspective: bool,
+    flags: int,
+) -> None:
+    """Warp each tile of one canvas straight from its array into ``dst`` (H, W, staged).
+
+    ``forward`` (3, 3) maps canvas -> output. Per tile, the output pixels whose centres its
+    rectangle holds (for an axis-aligned map, exactly those; else their bounding box) get one
+    bilinear sample of the array through ``forward @ tile.to_canvas()``, read from the part of
+    the array under the rectangle with a replicated 1 px border; the rest of ``dst`` is
+    ``fill``. So a pixel is the tile under its centre and a tile edge is a cut, not a blend.
+    Under a rotation, shear or perspective the tile is warped over its bounding box and copied
+    through a mask of the pixels whose centres the rectangle holds (a nearest-neighbour warp of
+    the rectangle).
+    """
+    cv2 = _cv2()
+    out_h, out_w = dst.shape[:2]
+    dst.fill(round(fill))
+    axis_aligned = forward[0, 1] == 0 and forward[1, 0] == 0 and not perspective
+    for tile in tiles:
+        corners = np.array(
+            [[tile.x0, tile.y0, 1], [tile.x1, tile.y0, 1], [tile.x0, tile.y1, 1],
+             [tile.x1, tile.y1, 1]],
+            dtype=np.float64,
+        ) @ forward.T
+        w = corners[:, 2]
+        if (w > 1e-12).all():
+            xy = corners[:, :2] / w[:, None]
+            u0, u1 = _output_span(xy[:, 0].min(), xy[:, 0].max(), out_w)
+            v0, v1 = _output_span(xy[:, 1].min(), xy[:, 1].max(), out_h)
+        else:  # the rectangle crosses the horizon: every output pixel may see it
+            u0, u1, v0, v1 = 0, out_w, 0, out_h
+        if u1 <= u0 or v1 <= v0:
+            continue
+        # The array's pixels under the rectangle (staged with a replicated 1 px border).
+        height, width = tile.array.shape[:2]
+        ax0 = max(math.floor((tile.x0 - tile.left) / tile.scale_x), 0)
+        ay0 = max(math.floor((tile.y0 - tile.top) / tile.scale_y), 0)
+        ax1 = min(math.ceil((tile.x1 - tile.left) / tile.scale_x), width)
+        ay1 = min(math.ceil((tile.y1 - tile.top) / tile.scale_y), height)
+        if ax1 <= ax0 or ay1 <= ay0:
+            continue
+        image = _stage_crop(tile.array[ay0:ay1, ax0:ax1], staged)
+        # Staged pixel p is array pixel p + (ax0 - 1, ay0 - 1); output pixel q is dst (u0, v0) + q.
+        from_stage = np.eye(3)
+        from_stage[:2, 2] = (ax0 - 1, ay0 - 1)
+        to_roi = np.eye(3)
+        to_roi[:2, 2] = (-u0, -v0)
+        m = opencv_inverse(to_roi @ forward @ tile.to_canvas() @ from_stage)
+        warp = cv2.warpPerspective if perspective else cv2.warpAffine
+        roi = dst[v0:v1, u0:u1]
+        if axis_aligned:  # the span is exactly the tile's pixels: write them in place
+            warp(_plane(image), m[:2], (u1 - u0, v1 - v0), dst=_plane(roi), flags=flags,
+                 borderMode=cv2.BORDER_TRANSPARENT)
+            continue
+        warped = _scratch("tile_warped", roi.shape)
+        warp(_plane(image), m if perspective else m[:2], (u1 - u0, v1 - v0), dst=_plane(warped),
+             flags=flags, borderMode=cv2.BORDER_REPLICATE)
+        # Rectangle pixel (i, j) spans [x0 + i, x0 + i + 1): nearest reads it for every output
+        # centre that lands in that span, so the mask is the centres inside the rectangle.
+        rect = _scratch("tile_rect", (tile.y1 - tile.y0, tile.x1 - tile.x0))
+        rect.fill(255)
+        from_rect = np.eye(3)
+        from_rect[:2, 2] = (tile.x0, tile.y0)
+        m_rect = opencv_inverse(to_roi @ forward @ from_rect)
+        mask = _scratch("tile_mask", roi.shape[:2])
+        warp(rect, m_rect if perspective else m_rect[:2], (u1 - u0, v1 - v0), dst=mask,
+             flags=cv2.INTER_NEAREST | cv2.WARP_INVERSE_MAP, borderMode=cv2.BORDER_CONSTANT,
+             borderValue=0)
+        cv2.copyTo(_plane(warped), mask, _plane(roi))
+
+
 def warp_images_opencv(
     images: torch.Tensor,
     matrix: torch.Tensor,
@@ -280,10 +407,27 @@ def warp_images_opencv(
     if hsv is not None and channels != 3:
         raise ValueError("hsv needs RGB images")
     tables, used = _hsv_tables(hsv) if hsv is not None else (None, None)
+    forward = matrix.detach().to("cpu", torch.float64).numpy()
 
     def one(i: int) -> None:
         x0, y0, x1, y1 = windows[i]
         target = dst[i]
+        if any(tile.scaled for tile in source.tiles[i]):
+            warped = _scratch("warped", (out_h, out_w, 4)) if staged == 4 else target
+            _warp_tiles(
+                source.tiles[i],
+                forward[i],
+                warped,
+                fill=fill,
+                staged=staged,
+                perspective=perspective,
+                flags=flags,
+            )
+            if tables is not None:
+                _hsv_into(warped, tables[i], used[i], target)
+            elif staged == 4:
+                cv2.cvtColor(warped, cv2.COLOR_RGBA2RGB, dst=target)
+            return
         if x1 <= x0 or y1 <= y0:  # the output sees none of the canvas
             target.fill(round(fill))
             if tables is not None:
