@@ -292,6 +292,7 @@ def _warp_tiles(
     tiles: list[Tile],
     forward: np.ndarray,
     dst: np.ndarray,
+    window: tuple[int, int, int, int],
     *,
     fill: float,
     staged: int,
@@ -300,7 +301,9 @@ def _warp_tiles(
 ) -> None:
     """Warp each tile of one canvas straight from its array into ``dst`` (H, W, staged).
 
-    ``forward`` (3, 3) maps canvas -> output. Per tile, the output pixels whose centres its
+    ``forward`` (3, 3) maps canvas -> output; ``window`` is the part of the canvas the output
+    can read (`source_windows`), so only tiles' pixels in it are staged. Per tile, the output
+    pixels whose centres its
     rectangle holds (for an axis-aligned map, exactly those; else their bounding box) get one
     bilinear sample of the array through ``forward @ tile.to_canvas()``, read from the part of
     the array under the rectangle with a replicated 1 px border; the rest of ``dst`` is
@@ -328,12 +331,15 @@ def _warp_tiles(
             u0, u1, v0, v1 = 0, out_w, 0, out_h
         if u1 <= u0 or v1 <= v0:
             continue
-        # The array's pixels under the rectangle (staged with a replicated 1 px border).
+        # The array's pixels under the rectangle and the window (staged with a replicated 1 px
+        # border; where the window cuts the rectangle no output pixel reads past the cut).
         height, width = tile.array.shape[:2]
-        ax0 = max(math.floor((tile.x0 - tile.left) / tile.scale_x), 0)
-        ay0 = max(math.floor((tile.y0 - tile.top) / tile.scale_y), 0)
-        ax1 = min(math.ceil((tile.x1 - tile.left) / tile.scale_x), width)
-        ay1 = min(math.ceil((tile.y1 - tile.top) / tile.scale_y), height)
+        x0, y0 = max(tile.x0, window[0]), max(tile.y0, window[1])
+        x1, y1 = min(tile.x1, window[2]), min(tile.y1, window[3])
+        ax0 = max(math.floor((x0 - tile.left) / tile.scale_x), 0)
+        ay0 = max(math.floor((y0 - tile.top) / tile.scale_y), 0)
+        ax1 = min(math.ceil((x1 - tile.left) / tile.scale_x), width)
+        ay1 = min(math.ceil((y1 - tile.top) / tile.scale_y), height)
         if ax1 <= ax0 or ay1 <= ay0:
             continue
         image = _stage_crop(tile.array[ay0:ay1, ax0:ax1], staged)
@@ -418,6 +424,7 @@ def warp_images_opencv(
                 source.tiles[i],
                 forward[i],
                 warped,
+                (x0, y0, x1, y1),
                 fill=fill,
                 staged=staged,
                 perspective=perspective,
