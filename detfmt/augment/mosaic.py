@@ -90,26 +90,30 @@ class _RingBuffer(nn.Module):
             if images.is_contiguous(memory_format=torch.channels_last)
             else torch.contiguous_format
         )
-        new_images = torch.zeros(
-            (n, images.shape[1], height, width),
-            dtype=images.dtype,
-            device=images.device,
-        ).contiguous(memory_format=layout)
+        if self.images is None or tuple(self.images.shape[-2:]) != (height, width):
+            # Only when the canvas grows: box slots grow far more often (a batch with more
+            # boxes), and the images are the large part.
+            new_images = torch.zeros(
+                (n, images.shape[1], height, width),
+                dtype=images.dtype,
+                device=images.device,
+            ).contiguous(memory_format=layout)
+            if self.images is not None:
+                old_h, old_w = self.images.shape[-2:]
+                new_images[:, :, :old_h, :old_w].copy_(self.images)
+            self.images = new_images
         new_boxes = batch.boxes.new_zeros((n, slots, 4))
         new_classes = batch.classes.new_full((n, slots), -1)
         new_mask = batch.mask.new_zeros((n, slots))
         new_sizes = torch.zeros((n, 2), dtype=torch.int64, device=images.device)
-        if self.images is not None:
-            assert self.boxes is not None and self.classes is not None
-            assert self.mask is not None and self.sizes is not None
-            old_h, old_w = self.images.shape[-2:]
+        if self.boxes is not None:
+            assert self.classes is not None and self.mask is not None and self.sizes is not None
             old_m = self.boxes.shape[1]
-            new_images[:, :, :old_h, :old_w].copy_(self.images)
             new_boxes[:, :old_m].copy_(self.boxes)
             new_classes[:, :old_m].copy_(self.classes)
             new_mask[:, :old_m].copy_(self.mask)
             new_sizes.copy_(self.sizes)
-        self.images, self.boxes, self.classes = new_images, new_boxes, new_classes
+        self.boxes, self.classes = new_boxes, new_classes
         self.mask, self.sizes = new_mask, new_sizes
 
     def push(self, batch: Batch, sizes: torch.Tensor) -> None:
