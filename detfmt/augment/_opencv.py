@@ -261,11 +261,78 @@ def _read_window(
     return out
 
 
-def _output_span(low: float, high: float, size: int) -> tuple[int, int]:
-    """Output pixels [a, b) whose centres i + 0.5 lie in [low, high), clipped to [0, size)."""
-    a = min(max(math.ceil(low - 0.5), 0), size)
-    b = min(max(math.ceil(high - 0.5), 0), size)
-    return a, b
+@dataclasses.dataclass(frozen=True)
+class _TileWarp:
+    """One scaled-tile warp: output pixels ``roi`` (u0, v0, u1, v1) read ``tile.array[crop]``
+    (x0, y0, x1, y1) staged with a 1 px border through ``inverse`` (OpenCV, output ROI ->
+    staged crop); ``rect_inverse`` (output ROI -> the tile's canvas rectangle) for the mask."""
+
+    tile: Tile
+    roi: tuple[int, int, int, int]
+    crop: tuple[int, int, int, int]
+    inverse: np.ndarray
+    rect_inverse: np.ndarray
+
+
+def _translations(xy: np.ndarray) -> np.ndarray:
+    """(N, 3, 3) translations by (N, 2) offsets."""
+    out = np.tile(np.eye(3), (len(xy), 1, 1))
+    out[:, :2, 2] = xy
+    return out
+
+
+def _plan_tiles(
+    tiles: list[Tile],
+    forward: np.ndarray,
+    window: tuple[int, int, int, int],
+    out_size: tuple[int, int],
+) -> list[_TileWarp]:
+    """The warps of one canvas's scaled tiles, all tiles' numbers at once (numpy, float64).
+
+    ``forward`` (3, 3) maps canvas -> output; ``window`` is the part of the canvas the output
+    can read (`source_windows`). A tile's ROI is the output pixels whose centres its rectangle
+    holds (for an axis-aligned map exactly those, else their bounding box; the whole output
+    when the rectangle crosses the horizon); its crop, the array's pixels under the rectangle
+    and the window (where the window cuts the rectangle, no output pixel reads past the cut).
+    Tiles whose ROI or crop is empty are left out.
+    """
+    if not tiles:
+        return []
+    out_h, out_w = out_size
+    rects = np.array([(t.x0, t.y0, t.x1, t.y1) for t in tiles], dtype=np.float64)
+    place = np.array([(t.left, t.top, t.scale_x, t.scale_y) for t in tiles], dtype=np.float64)
+    shapes = np.array([t.array.shape[:2] for t in tiles], dtype=np.float64)
+    corners = np.stack(
+        [rects[:, [0, 1]], rects[:, [2, 1]], rects[:, [0, 3]], rects[:, [2, 3]]], axis=1
+    )
+    mapped = np.concatenate([corners, np.ones((len(tiles), 4, 1))], axis=-1) @ forward.T
+    w = mapped[..., 2]
+    finite = (w > 1e-12).all(axis=1)
+    xy = mapped[..., :2] / np.where(finite[:, None], w, 1.0)[..., None]
+    # Output pixel i holds centre i + 0.5: [low, high) holds pixels ceil(low - 0.5) ...
+    low = np.ceil(xy.min(axis=1) - 0.5)
+    high = np.ceil(xy.max(axis=1) - 0.5)
+    size = np.array([out_w, out_h], dtype=np.float64)
+    low = np.where(finite[:, None], np.clip(low, 0, size), 0)
+    high = np.where(finite[:, None], np.clip(high, 0, size), size)
+    lo_xy = np.maximum(rects[:, :2], window[:2])
+    hi_xy = np.minimum(rects[:, 2:], window[2:])
+    crop_lo = np.maximum(np.floor((lo_xy - place[:, :2]) / place[:, 2:]), 0)
+    crop_hi = np.minimum(np.ceil((hi_xy - place[:, :2]) / place[:, 2:]), shapes[:, ::-1])
+    # Staged pixel p is array pixel p + crop_lo - 1; output pixel q is roi pixel q + low.
+    to_canvas = np.tile(np.eye(3), (len(tiles), 1, 1))
+    to_canvas[:, 0, 0], to_canvas[:, 1, 1] = place[:, 2], place[:, 3]
+    to_canvas[:, :2, 2] = place[:, :2]
+    to_roi = _translations(-low) @ forward
+    inverse = opencv_inverse(to_roi @ to_canvas @ _translations(crop_lo - 1))
+    rect_inverse = opencv_inverse(to_roi @ _translations(rects[:, :2]))
+    plans = []
+    keep = (high > low).all(axis=1) & (crop_hi > crop_lo).all(axis=1)
+    for i in np.flatnonzero(keep).tolist():
+        roi = (int(low[i, 0]), int(low[i, 1]), int(high[i, 0]), int(high[i, 1]))
+        crop = (int(crop_lo[i, 0]), int(crop_lo[i, 1]), int(crop_hi[i, 0]), int(crop_hi[i, 1]))
+        plans.append(_TileWarp(tiles[i], roi, crop, inverse[i], rect_inverse[i]))
+    return plans
 
 
 def _stage_crop(part: np.ndarray, staged: int) -> np.ndarray:
@@ -289,84 +356,46 @@ def _stage_crop(part: np.ndarray, staged: int) -> np.ndarray:
 
 
 def _warp_tiles(
-    tiles: list[Tile],
-    forward: np.ndarray,
+    plans: list[_TileWarp],
     dst: np.ndarray,
-    window: tuple[int, int, int, int],
     *,
     fill: float,
     staged: int,
     perspective: bool,
+    axis_aligned: bool,
     flags: int,
 ) -> None:
-    """Warp each tile of one canvas straight from its array into ``dst`` (H, W, staged).
+    """Warp each planned tile straight from its array into ``dst`` (H, W, staged), fill elsewhere.
 
-    ``forward`` (3, 3) maps canvas -> output; ``window`` is the part of the canvas the output
-    can read (`source_windows`), so only tiles' pixels in it are staged. Per tile, the output
-    pixels whose centres its
-    rectangle holds (for an axis-aligned map, exactly those; else their bounding box) get one
-    bilinear sample of the array through ``forward @ tile.to_canvas()``, read from the part of
-    the array under the rectangle with a replicated 1 px border; the rest of ``dst`` is
-    ``fill``. So a pixel is the tile under its centre and a tile edge is a cut, not a blend.
-    Under a rotation, shear or perspective the tile is warped over its bounding box and copied
-    through a mask of the pixels whose centres the rectangle holds (a nearest-neighbour warp of
-    the rectangle).
+    Each ROI pixel gets one bilinear sample of the stored image (`_plan_tiles`), so a pixel is
+    the tile under its centre and a tile edge is a cut, not a blend. For an axis-aligned map
+    the ROI is exactly the tile's pixels, written in place with ``BORDER_TRANSPARENT`` (the
+    staged border keeps edge pixels from being skipped). Under a rotation, shear or perspective
+    the tile is warped over its bounding box and copied through a mask of the pixels whose
+    centres the rectangle holds (a nearest-neighbour warp of the rectangle).
     """
     cv2 = _cv2()
-    out_h, out_w = dst.shape[:2]
     dst.fill(round(fill))
-    axis_aligned = forward[0, 1] == 0 and forward[1, 0] == 0 and not perspective
-    for tile in tiles:
-        corners = np.array(
-            [[tile.x0, tile.y0, 1], [tile.x1, tile.y0, 1], [tile.x0, tile.y1, 1],
-             [tile.x1, tile.y1, 1]],
-            dtype=np.float64,
-        ) @ forward.T
-        w = corners[:, 2]
-        if (w > 1e-12).all():
-            xy = corners[:, :2] / w[:, None]
-            u0, u1 = _output_span(xy[:, 0].min(), xy[:, 0].max(), out_w)
-            v0, v1 = _output_span(xy[:, 1].min(), xy[:, 1].max(), out_h)
-        else:  # the rectangle crosses the horizon: every output pixel may see it
-            u0, u1, v0, v1 = 0, out_w, 0, out_h
-        if u1 <= u0 or v1 <= v0:
-            continue
-        # The array's pixels under the rectangle and the window (staged with a replicated 1 px
-        # border; where the window cuts the rectangle no output pixel reads past the cut).
-        height, width = tile.array.shape[:2]
-        x0, y0 = max(tile.x0, window[0]), max(tile.y0, window[1])
-        x1, y1 = min(tile.x1, window[2]), min(tile.y1, window[3])
-        ax0 = max(math.floor((x0 - tile.left) / tile.scale_x), 0)
-        ay0 = max(math.floor((y0 - tile.top) / tile.scale_y), 0)
-        ax1 = min(math.ceil((x1 - tile.left) / tile.scale_x), width)
-        ay1 = min(math.ceil((y1 - tile.top) / tile.scale_y), height)
-        if ax1 <= ax0 or ay1 <= ay0:
-            continue
+    warp = cv2.warpPerspective if perspective else cv2.warpAffine
+    for plan in plans:
+        tile, (u0, v0, u1, v1), (ax0, ay0, ax1, ay1) = plan.tile, plan.roi, plan.crop
         image = _stage_crop(tile.array[ay0:ay1, ax0:ax1], staged)
-        # Staged pixel p is array pixel p + (ax0 - 1, ay0 - 1); output pixel q is dst (u0, v0) + q.
-        from_stage = np.eye(3)
-        from_stage[:2, 2] = (ax0 - 1, ay0 - 1)
-        to_roi = np.eye(3)
-        to_roi[:2, 2] = (-u0, -v0)
-        m = opencv_inverse(to_roi @ forward @ tile.to_canvas() @ from_stage)
-        warp = cv2.warpPerspective if perspective else cv2.warpAffine
+        m = plan.inverse if perspective else plan.inverse[:2]
         roi = dst[v0:v1, u0:u1]
-        if axis_aligned:  # the span is exactly the tile's pixels: write them in place
-            warp(_plane(image), m[:2], (u1 - u0, v1 - v0), dst=_plane(roi), flags=flags,
+        if axis_aligned:
+            warp(_plane(image), m, (u1 - u0, v1 - v0), dst=_plane(roi), flags=flags,
                  borderMode=cv2.BORDER_TRANSPARENT)
             continue
         warped = _scratch("tile_warped", roi.shape)
-        warp(_plane(image), m if perspective else m[:2], (u1 - u0, v1 - v0), dst=_plane(warped),
-             flags=flags, borderMode=cv2.BORDER_REPLICATE)
+        warp(_plane(image), m, (u1 - u0, v1 - v0), dst=_plane(warped), flags=flags,
+             borderMode=cv2.BORDER_REPLICATE)
         # Rectangle pixel (i, j) spans [x0 + i, x0 + i + 1): nearest reads it for every output
         # centre that lands in that span, so the mask is the centres inside the rectangle.
         rect = _scratch("tile_rect", (tile.y1 - tile.y0, tile.x1 - tile.x0))
         rect.fill(255)
-        from_rect = np.eye(3)
-        from_rect[:2, 2] = (tile.x0, tile.y0)
-        m_rect = opencv_inverse(to_roi @ forward @ from_rect)
         mask = _scratch("tile_mask", roi.shape[:2])
-        warp(rect, m_rect if perspective else m_rect[:2], (u1 - u0, v1 - v0), dst=mask,
+        m_rect = plan.rect_inverse if perspective else plan.rect_inverse[:2]
+        warp(rect, m_rect, (u1 - u0, v1 - v0), dst=mask,
              flags=cv2.INTER_NEAREST | cv2.WARP_INVERSE_MAP, borderMode=cv2.BORDER_CONSTANT,
              borderValue=0)
         cv2.copyTo(_plane(warped), mask, _plane(roi))
@@ -414,20 +443,25 @@ def warp_images_opencv(
         raise ValueError("hsv needs RGB images")
     tables, used = _hsv_tables(hsv) if hsv is not None else (None, None)
     forward = matrix.detach().to("cpu", torch.float64).numpy()
+    tiled = [any(tile.scaled for tile in tiles) for tiles in source.tiles]
+    plans = [
+        _plan_tiles(tiles, forward[i], tuple(windows[i]), out_size) if tiled[i] else []
+        for i, tiles in enumerate(source.tiles)
+    ]
+    axis_aligned = [m[0, 1] == 0 and m[1, 0] == 0 and not perspective for m in forward]
 
     def one(i: int) -> None:
         x0, y0, x1, y1 = windows[i]
         target = dst[i]
-        if any(tile.scaled for tile in source.tiles[i]):
+        if tiled[i]:
             warped = _scratch("warped", (out_h, out_w, 4)) if staged == 4 else target
             _warp_tiles(
-                source.tiles[i],
-                forward[i],
+                plans[i],
                 warped,
-                (x0, y0, x1, y1),
                 fill=fill,
                 staged=staged,
                 perspective=perspective,
+                axis_aligned=axis_aligned[i],
                 flags=flags,
             )
             if tables is not None:
