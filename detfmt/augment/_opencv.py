@@ -73,24 +73,34 @@ def _plane(array: np.ndarray) -> np.ndarray:
     return array[..., 0] if array.shape[-1] == 1 else array
 
 
-def opencv_matrices(matrix: torch.Tensor) -> np.ndarray:
-    """(B, 3, 3) float64 inverse maps (output -> source) in OpenCV's pixel-centre convention.
+def opencv_inverse(matrix: np.ndarray) -> np.ndarray:
+    """(..., 3, 3) float64 inverse maps (output -> source) in OpenCV's pixel-centre convention.
 
     detfmt's pixel i spans [i, i + 1) (centre i + 0.5); OpenCV's centre is i. So
     M_cv = T(-0.5) @ M @ T(+0.5), and its inverse is passed with ``WARP_INVERSE_MAP`` (float64
     like the torch path's inverse).
     """
-    shift = torch.eye(3, dtype=torch.float64)
+    shift = np.eye(3)
     shift[:2, 2] = 0.5
-    unshift = torch.eye(3, dtype=torch.float64)
+    unshift = np.eye(3)
     unshift[:2, 2] = -0.5
-    m_cv = unshift @ matrix.detach().to("cpu", torch.float64) @ shift
-    return torch.linalg.inv(m_cv).numpy()
+    return np.linalg.inv(unshift @ np.asarray(matrix, dtype=np.float64) @ shift)
+
+
+def opencv_matrices(matrix: torch.Tensor) -> np.ndarray:
+    """`opencv_inverse` of (B, 3, 3) source -> output matrices."""
+    return opencv_inverse(matrix.detach().to("cpu", torch.float64).numpy())
 
 
 @dataclasses.dataclass(frozen=True)
 class Tile:
-    """``canvas[y0:y1, x0:x1] = array[y0 - top : y1 - top, x0 - left : x1 - left]``."""
+    """``canvas[y0:y1, x0:x1] = array[y0 - top : y1 - top, x0 - left : x1 - left]``.
+
+    A scaled tile (``scale_x``, ``scale_y`` != 1: `Mosaic` with ``resize``) shows ``array``
+    scaled about its origin, then moved by (left, top): canvas point (x, y) holds array point
+    ((x - left) / scale_x, (y - top) / scale_y), inside the rectangle only; the warp reads it
+    straight from ``array`` (`_warp_tiles`).
+    """
 
     array: np.ndarray  # (h, w, C) uint8, HWC
     x0: int
@@ -99,9 +109,21 @@ class Tile:
     y1: int
     left: int
     top: int
+    scale_x: float = 1.0
+    scale_y: float = 1.0
+
+    @property
+    def scaled(self) -> bool:
+        return self.scale_x != 1.0 or self.scale_y != 1.0
 
     def covers(self, x0: int, y0: int, x1: int, y1: int) -> bool:
         return self.x0 <= x0 and self.y0 <= y0 and x1 <= self.x1 and y1 <= self.y1
+
+    def to_canvas(self) -> np.ndarray:
+        """3x3 array -> canvas (continuous pixels): the scale, then (left, top)."""
+        return np.array(
+            [[self.scale_x, 0.0, self.left], [0.0, self.scale_y, self.top], [0.0, 0.0, 1.0]]
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -239,6 +261,146 @@ def _read_window(
     return out
 
 
+@dataclasses.dataclass(frozen=True)
+class _TileWarp:
+    """One scaled-tile warp: output pixels ``roi`` (u0, v0, u1, v1) read ``tile.array[crop]``
+    (x0, y0, x1, y1) staged with a 1 px border through ``inverse`` (OpenCV, output ROI ->
+    staged crop); ``rect_inverse`` (output ROI -> the tile's canvas rectangle) for the mask."""
+
+    tile: Tile
+    roi: tuple[int, int, int, int]
+    crop: tuple[int, int, int, int]
+    inverse: np.ndarray
+    rect_inverse: np.ndarray
+
+
+def _translations(xy: np.ndarray) -> np.ndarray:
+    """(N, 3, 3) translations by (N, 2) offsets."""
+    out = np.tile(np.eye(3), (len(xy), 1, 1))
+    out[:, :2, 2] = xy
+    return out
+
+
+def _plan_tiles(
+    tiles: list[Tile],
+    forward: np.ndarray,
+    window: tuple[int, int, int, int],
+    out_size: tuple[int, int],
+) -> list[_TileWarp]:
+    """The warps of one canvas's scaled tiles, all tiles' numbers at once (numpy, float64).
+
+    ``forward`` (3, 3) maps canvas -> output; ``window`` is the part of the canvas the output
+    can read (`source_windows`). A tile's ROI is the output pixels whose centres its rectangle
+    holds (for an axis-aligned map exactly those, else their bounding box; the whole output
+    when the rectangle crosses the horizon); its crop, the array's pixels under the rectangle
+    and the window (where the window cuts the rectangle, no output pixel reads past the cut).
+    Tiles whose ROI or crop is empty are left out.
+    """
+    if not tiles:
+        return []
+    out_h, out_w = out_size
+    rects = np.array([(t.x0, t.y0, t.x1, t.y1) for t in tiles], dtype=np.float64)
+    place = np.array([(t.left, t.top, t.scale_x, t.scale_y) for t in tiles], dtype=np.float64)
+    shapes = np.array([t.array.shape[:2] for t in tiles], dtype=np.float64)
+    corners = np.stack(
+        [rects[:, [0, 1]], rects[:, [2, 1]], rects[:, [0, 3]], rects[:, [2, 3]]], axis=1
+    )
+    mapped = np.concatenate([corners, np.ones((len(tiles), 4, 1))], axis=-1) @ forward.T
+    w = mapped[..., 2]
+    finite = (w > 1e-12).all(axis=1)
+    xy = mapped[..., :2] / np.where(finite[:, None], w, 1.0)[..., None]
+    # Output pixel i holds centre i + 0.5: [low, high) holds pixels ceil(low - 0.5) ...
+    low = np.ceil(xy.min(axis=1) - 0.5)
+    high = np.ceil(xy.max(axis=1) - 0.5)
+    size = np.array([out_w, out_h], dtype=np.float64)
+    low = np.where(finite[:, None], np.clip(low, 0, size), 0)
+    high = np.where(finite[:, None], np.clip(high, 0, size), size)
+    lo_xy = np.maximum(rects[:, :2], window[:2])
+    hi_xy = np.minimum(rects[:, 2:], window[2:])
+    crop_lo = np.maximum(np.floor((lo_xy - place[:, :2]) / place[:, 2:]), 0)
+    crop_hi = np.minimum(np.ceil((hi_xy - place[:, :2]) / place[:, 2:]), shapes[:, ::-1])
+    # Staged pixel p is array pixel p + crop_lo - 1; output pixel q is roi pixel q + low.
+    to_canvas = np.tile(np.eye(3), (len(tiles), 1, 1))
+    to_canvas[:, 0, 0], to_canvas[:, 1, 1] = place[:, 2], place[:, 3]
+    to_canvas[:, :2, 2] = place[:, :2]
+    to_roi = _translations(-low) @ forward
+    inverse = opencv_inverse(to_roi @ to_canvas @ _translations(crop_lo - 1))
+    rect_inverse = opencv_inverse(to_roi @ _translations(rects[:, :2]))
+    plans = []
+    keep = (high > low).all(axis=1) & (crop_hi > crop_lo).all(axis=1)
+    for i in np.flatnonzero(keep).tolist():
+        roi = (int(low[i, 0]), int(low[i, 1]), int(high[i, 0]), int(high[i, 1]))
+        crop = (int(crop_lo[i, 0]), int(crop_lo[i, 1]), int(crop_hi[i, 0]), int(crop_hi[i, 1]))
+        plans.append(_TileWarp(tiles[i], roi, crop, inverse[i], rect_inverse[i]))
+    return plans
+
+
+def _stage_crop(part: np.ndarray, staged: int) -> np.ndarray:
+    """``part`` with a 1 px replicated border, as ``staged`` channels (RGB as RGBA), in scratch.
+
+    The border lets bilinear samples near the crop's edge read the edge pixel (a replicated
+    edge) instead of being skipped by ``BORDER_TRANSPARENT``.
+    """
+    height, width, channels = part.shape
+    out = _scratch("tile", (height + 2, width + 2, staged))
+    inner = out[1:-1, 1:-1]
+    if staged == 4 and channels == 3:
+        _cv2().cvtColor(part, _cv2().COLOR_RGB2RGBA, dst=inner)
+    else:
+        np.copyto(inner, part)
+    out[0, 1:-1] = inner[0]
+    out[-1, 1:-1] = inner[-1]
+    out[:, 0] = out[:, 1]
+    out[:, -1] = out[:, -2]
+    return out
+
+
+def _warp_tiles(
+    plans: list[_TileWarp],
+    dst: np.ndarray,
+    *,
+    fill: float,
+    staged: int,
+    perspective: bool,
+    axis_aligned: bool,
+    flags: int,
+) -> None:
+    """Warp each planned tile straight from its array into ``dst`` (H, W, staged), fill elsewhere.
+
+    Each ROI pixel gets one bilinear sample of the stored image (`_plan_tiles`), so a pixel is
+    the tile under its centre and a tile edge is a cut, not a blend. For an axis-aligned map
+    the ROI is exactly the tile's pixels, written in place with ``BORDER_TRANSPARENT`` (the
+    staged border keeps edge pixels from being skipped). Under a rotation, shear or perspective
+    the tile is warped over its bounding box and copied through a mask of the pixels whose
+    centres the rectangle holds (a nearest-neighbour warp of the rectangle).
+    """
+    cv2 = _cv2()
+    dst.fill(round(fill))
+    warp = cv2.warpPerspective if perspective else cv2.warpAffine
+    for plan in plans:
+        tile, (u0, v0, u1, v1), (ax0, ay0, ax1, ay1) = plan.tile, plan.roi, plan.crop
+        image = _stage_crop(tile.array[ay0:ay1, ax0:ax1], staged)
+        m = plan.inverse if perspective else plan.inverse[:2]
+        roi = dst[v0:v1, u0:u1]
+        if axis_aligned:
+            warp(_plane(image), m, (u1 - u0, v1 - v0), dst=_plane(roi), flags=flags,
+                 borderMode=cv2.BORDER_TRANSPARENT)
+            continue
+        warped = _scratch("tile_warped", roi.shape)
+        warp(_plane(image), m, (u1 - u0, v1 - v0), dst=_plane(warped), flags=flags,
+             borderMode=cv2.BORDER_REPLICATE)
+        # Rectangle pixel (i, j) spans [x0 + i, x0 + i + 1): nearest reads it for every output
+        # centre that lands in that span, so the mask is the centres inside the rectangle.
+        rect = _scratch("tile_rect", (tile.y1 - tile.y0, tile.x1 - tile.x0))
+        rect.fill(255)
+        mask = _scratch("tile_mask", roi.shape[:2])
+        m_rect = plan.rect_inverse if perspective else plan.rect_inverse[:2]
+        warp(rect, m_rect, (u1 - u0, v1 - v0), dst=mask,
+             flags=cv2.INTER_NEAREST | cv2.WARP_INVERSE_MAP, borderMode=cv2.BORDER_CONSTANT,
+             borderValue=0)
+        cv2.copyTo(_plane(warped), mask, _plane(roi))
+
+
 def warp_images_opencv(
     images: torch.Tensor,
     matrix: torch.Tensor,
@@ -280,10 +442,33 @@ def warp_images_opencv(
     if hsv is not None and channels != 3:
         raise ValueError("hsv needs RGB images")
     tables, used = _hsv_tables(hsv) if hsv is not None else (None, None)
+    forward = matrix.detach().to("cpu", torch.float64).numpy()
+    tiled = [any(tile.scaled for tile in tiles) for tiles in source.tiles]
+    plans = [
+        _plan_tiles(tiles, forward[i], tuple(windows[i]), out_size) if tiled[i] else []
+        for i, tiles in enumerate(source.tiles)
+    ]
+    axis_aligned = [m[0, 1] == 0 and m[1, 0] == 0 and not perspective for m in forward]
 
     def one(i: int) -> None:
         x0, y0, x1, y1 = windows[i]
         target = dst[i]
+        if tiled[i]:
+            warped = _scratch("warped", (out_h, out_w, 4)) if staged == 4 else target
+            _warp_tiles(
+                plans[i],
+                warped,
+                fill=fill,
+                staged=staged,
+                perspective=perspective,
+                axis_aligned=axis_aligned[i],
+                flags=flags,
+            )
+            if tables is not None:
+                _hsv_into(warped, tables[i], used[i], target)
+            elif staged == 4:
+                cv2.cvtColor(warped, cv2.COLOR_RGBA2RGB, dst=target)
+            return
         if x1 <= x0 or y1 <= y0:  # the output sees none of the canvas
             target.fill(round(fill))
             if tables is not None:

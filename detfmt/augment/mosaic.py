@@ -14,9 +14,18 @@ from torch import nn
 
 from detfmt.augment import _backend
 from detfmt.augment import _random as rnd
-from detfmt.augment._base import Augmentation, Params, check_probability, fill_for, image_hw
-from detfmt.augment._matrix import clip_boxes
+from detfmt.augment._base import (
+    Augmentation,
+    Params,
+    as_size,
+    check_probability,
+    fill_for,
+    image_hw,
+)
+from detfmt.augment._geometry import GeometryState, apply_geometric, mapped_extent
+from detfmt.augment._matrix import clip_boxes, eye, transform_boxes
 from detfmt.augment._memory import channels_last, empty_hwc
+from detfmt.augment.geometric import Letterbox
 from detfmt.augment.sanitize import non_empty
 from detfmt.errors import UsageError
 from detfmt.torch.batch import Batch
@@ -81,26 +90,30 @@ class _RingBuffer(nn.Module):
             if images.is_contiguous(memory_format=torch.channels_last)
             else torch.contiguous_format
         )
-        new_images = torch.zeros(
-            (n, images.shape[1], height, width),
-            dtype=images.dtype,
-            device=images.device,
-        ).contiguous(memory_format=layout)
+        if self.images is None or tuple(self.images.shape[-2:]) != (height, width):
+            # Only when the canvas grows: box slots grow far more often (a batch with more
+            # boxes), and the images are the large part.
+            new_images = torch.zeros(
+                (n, images.shape[1], height, width),
+                dtype=images.dtype,
+                device=images.device,
+            ).contiguous(memory_format=layout)
+            if self.images is not None:
+                old_h, old_w = self.images.shape[-2:]
+                new_images[:, :, :old_h, :old_w].copy_(self.images)
+            self.images = new_images
         new_boxes = batch.boxes.new_zeros((n, slots, 4))
         new_classes = batch.classes.new_full((n, slots), -1)
         new_mask = batch.mask.new_zeros((n, slots))
         new_sizes = torch.zeros((n, 2), dtype=torch.int64, device=images.device)
-        if self.images is not None:
-            assert self.boxes is not None and self.classes is not None
-            assert self.mask is not None and self.sizes is not None
-            old_h, old_w = self.images.shape[-2:]
+        if self.boxes is not None:
+            assert self.classes is not None and self.mask is not None and self.sizes is not None
             old_m = self.boxes.shape[1]
-            new_images[:, :, :old_h, :old_w].copy_(self.images)
             new_boxes[:, :old_m].copy_(self.boxes)
             new_classes[:, :old_m].copy_(self.classes)
             new_mask[:, :old_m].copy_(self.mask)
             new_sizes.copy_(self.sizes)
-        self.images, self.boxes, self.classes = new_images, new_boxes, new_classes
+        self.boxes, self.classes = new_boxes, new_classes
         self.mask, self.sizes = new_mask, new_sizes
 
     def push(self, batch: Batch, sizes: torch.Tensor) -> None:
@@ -179,6 +192,13 @@ class Mosaic(Augmentation):
     (Ultralytics' border of -size/2). Samples not chosen (probability 1 - p) are letterboxed in
     the middle of the canvas, so the same affine reproduces Ultralytics' no-mosaic path.
 
+    ``resize=S``: each tile is first scaled so that its long side is S (Ultralytics'
+    ``load_image``; `Letterbox` (S, center=False)'s matrix) and (H, W) is (S, S). Inside
+    `Compose`, before a warp on the OpenCV backend, that scale is folded into the warp: each
+    output pixel is one bilinear sample of the stored image, and neither the resized images
+    nor the canvas are built. Elsewhere the tiles are resized, then placed. The ring buffer then
+    holds the stored (unresized) samples.
+
     Partners are drawn uniformly from the batch, or from the batch plus a ring buffer of the
     last ``buffer_size`` samples (Ultralytics draws from recent images). With a buffer, replay
     needs the same buffer contents.
@@ -192,6 +212,7 @@ class Mosaic(Augmentation):
         p: float = 1.0,
         buffer_size: int = 0,
         fill: float = 114.0,
+        resize: int | tuple[int, int] | None = None,
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__(generator)
@@ -200,10 +221,20 @@ class Mosaic(Augmentation):
             raise UsageError(f"buffer_size must be >= 0, got {buffer_size!r}")
         self.fill = float(fill)
         self.buffer = _RingBuffer(int(buffer_size)) if buffer_size > 0 else None
+        self.resize: Letterbox | None = None
+        if resize is not None:
+            self.resize = Letterbox(as_size("resize", resize), center=False, fill=fill)
+
+    def _tile_hw(self, batch: Batch) -> tuple[int, int]:
+        """(H, W) of one tile's frame: the resize target, else the batch's images."""
+        if self.resize is not None:
+            image_hw(batch.images)
+            return self.resize.size
+        return image_hw(batch.images)
 
     def sample(self, batch: Batch) -> Params:
         bsz, dev, g = len(batch), batch.images.device, self.generator
-        height, width = image_hw(batch.images)
+        height, width = self._tile_hw(batch)
         pool = bsz + (self.buffer.filled if self.buffer is not None else 0)
         partners = rnd.randint(g, 0, pool, (bsz, 3), dev)
         xc = torch.floor(rnd.uniform(g, (bsz,), width / 2, 1.5 * width, dev, torch.float64))
@@ -270,13 +301,35 @@ class Mosaic(Augmentation):
         )
 
     def apply(self, batch: Batch, params: Params) -> Batch:
-        by_slices = self._by_slices(batch)
+        if self.resize is not None and self.can_defer(batch):
+            return self._resized_canvas(batch, params)
+        # Elsewhere resized tiles are built by a warp of the gathered tiles, then placed.
+        by_slices = self._by_slices(batch) and self.resize is None
         with _backend.small_ops(batch.images):
             out, placement = self._layout(batch, params, with_images=not by_slices)
         make = self._canvas_by_slices if by_slices else self._canvas
         canvas = make(batch, placement)
         if self.buffer is not None:
             self.buffer.push(batch, _content_sizes(batch))
+        return out.replace(images=canvas)
+
+    def _resized_canvas(self, batch: Batch, params: Params) -> Batch:
+        """The canvas of resized tiles as the fused warp sees it: its tiles through the OpenCV
+        tile warp with identity matrices (one resample per tile, the same pixels)."""
+        from detfmt.augment._opencv import warp_images_opencv
+
+        with _backend.small_ops(batch.images):
+            out, source, finish = self.apply_deferred(batch, params)
+            identity = eye(len(batch), batch.images.device)
+            canvas = warp_images_opencv(
+                out.images,
+                identity,
+                image_hw(out.images),
+                fill=source.fill,
+                affine_only=True,
+                source=source,
+            )
+        finish()
         return out.replace(images=canvas)
 
     def can_defer(self, batch: Batch) -> bool:
@@ -300,7 +353,7 @@ class Mosaic(Augmentation):
         """
         from detfmt.augment._opencv import TiledSource
 
-        height, width = image_hw(batch.images)
+        height, width = self._tile_hw(batch)
         out, placement = self._layout(batch, params, with_images=False)
         # OpenCV reads HWC rows; a planar batch would be copied per tile otherwise.
         layout = batch.replace(images=channels_last(batch.images))
@@ -327,13 +380,18 @@ class Mosaic(Augmentation):
         """The boxes of the mosaic, and where each tile goes.
 
         Returns the batch with boxes, classes, mask and sizes of the canvas (images unchanged)
-        and the placement: (tiles or gathered images, ox, oy, h, w, xc, yc, chosen, center).
+        and the placement: (tiles or gathered images, ox, oy, h, w, xc, yc, chosen, center,
+        scale). ``scale`` (B, 4, 2) is each tile's (sx, sy) resize, or None without ``resize``;
+        ``h``, ``w`` are the placed (resized) extents.
         """
-        height, width = image_hw(batch.images)
+        height, width = self._tile_hw(batch)
         tiles, center, chosen = params["tiles"], params["center"], params["apply"]
         gathered = self._gather(batch, tiles, with_images=with_images)
         images = gathered[0] if with_images else tiles
         boxes, classes, mask, sizes = gathered[-4:]
+        scale = None
+        if self.resize is not None:
+            images, boxes, sizes, scale = self._resize_tiles(images, gathered, with_images)
         h, w = sizes[..., 0], sizes[..., 1]  # (B, 4)
         xc, yc = center[:, 0:1], center[:, 1:2]
         ox = torch.cat([xc - w[:, 0:1], xc, xc - w[:, 2:3], xc], dim=1)
@@ -366,7 +424,49 @@ class Mosaic(Augmentation):
             mask=keep,
             sizes=sizes_out,
         )
-        return out, (images, ox, oy, h, w, xc, yc, chosen, center)
+        return out, (images, ox, oy, h, w, xc, yc, chosen, center, scale)
+
+    def _resize_tiles(
+        self, images: torch.Tensor, gathered: tuple[torch.Tensor, ...], with_images: bool
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Each gathered tile through `Letterbox` (resize, center=False)'s matrix.
+
+        Returns the tile images (``images`` resized to (B, 4, S, S, C) when ``with_images``;
+        else ``images``, the tile indices, unchanged), boxes and (h, w) extents in the resized
+        frame, and each tile's (sx, sy) (B, 4, 2): the matrix is a pure scale, so frame point x
+        of a tile holds its stored image at x / sx.
+        """
+        assert self.resize is not None
+        boxes, classes, mask, sizes = gathered[-4:]
+        bsz, quads, slots = boxes.shape[:3]
+        flat_sizes = sizes.reshape(bsz * quads, 2)
+        flat_boxes = boxes.reshape(bsz * quads, slots, 4).to(torch.float32)
+        state = GeometryState(
+            batch_size=bsz * quads,
+            image_size=self.resize.size,
+            sizes=flat_sizes,
+            boxes=flat_boxes,
+            mask=mask.reshape(bsz * quads, slots),
+            device=boxes.device,
+        )
+        plan = self.resize.plan(state, {})
+        moved = transform_boxes(flat_boxes, plan.matrix).to(boxes.dtype).view_as(boxes)
+        extent = mapped_extent(flat_sizes, self.resize.size, plan.matrix, plan.out_size)
+        scale = torch.stack([plan.matrix[:, 0, 0], plan.matrix[:, 1, 1]], dim=-1)
+        if with_images:
+            tile_h, tile_w, channels = images.shape[2:]
+            flat = Batch(
+                images=images.reshape(bsz * quads, tile_h, tile_w, channels).permute(0, 3, 1, 2),
+                boxes=flat_boxes,
+                classes=classes.reshape(bsz * quads, slots),
+                mask=mask.reshape(bsz * quads, slots),
+                sizes=flat_sizes,
+            )
+            resized = apply_geometric(flat, [self.resize], [{}]).images
+            out_h, out_w = self.resize.size
+            images = resized.permute(0, 2, 3, 1).reshape(bsz, quads, out_h, out_w, channels)
+        sizes_out = extent.to(sizes.dtype).view(bsz, quads, 2)
+        return images, moved, sizes_out, scale.view(bsz, quads, 2).to(torch.float64)
 
     def _rectangles(
         self, batch: Batch, placement: tuple[torch.Tensor, ...]
@@ -378,14 +478,18 @@ class Mosaic(Augmentation):
         """
         from detfmt.augment._opencv import Tile
 
-        tiles, ox, oy, h, w, _, _, chosen, center = placement
+        tiles, ox, oy, h, w, _, _, chosen, center, scale = placement
         bsz = len(batch)
-        height, width = image_hw(batch.images)
+        height, width = self._tile_hw(batch)
         # numpy views: a strided rectangle copy is a row memcpy there, while torch's copy_ of
         # small strided views costs several times more on CPU (and on a busy 2-core box, more).
         hwc = batch.images.permute(0, 2, 3, 1).numpy()
         t, oxs, oys, hs, ws = (x.tolist() for x in (tiles, ox, oy, h, w))
         centres, picked = center.tolist(), chosen.tolist()
+        scales = scale.tolist() if scale is not None else None
+        stored = _content_sizes(batch).tolist()
+        buffer_sizes = self.buffer.sizes if self.buffer is not None else None
+        held = buffer_sizes.tolist() if scales is not None and buffer_sizes is not None else []
         rects: list[list[Tile]] = []
         for b in range(bsz):
             xc, yc = centres[b]
@@ -406,7 +510,14 @@ class Mosaic(Augmentation):
                     array = hwc[index]
                 else:
                     array = self.buffer.images[index - bsz].permute(1, 2, 0).numpy()
-                mine.append(Tile(array, x0, y0, x1, y1, left, top))
+                if scales is None:
+                    mine.append(Tile(array, x0, y0, x1, y1, left, top))
+                    continue
+                # A resized tile: its stored pixels only (the warp reads past the placed
+                # rectangle's edge, so it must see the image's own edge, not padding).
+                sh, sw = stored[index] if index < bsz else held[index - bsz]
+                sx, sy = scales[b][q]
+                mine.append(Tile(array[:sh, :sw], x0, y0, x1, y1, left, top, sx, sy))
             rects.append(mine)
         return hwc, rects
 
@@ -430,9 +541,9 @@ class Mosaic(Augmentation):
 
         Runs over chunks of samples so the int64 index stays small on CPU.
         """
-        tiles, ox, oy, h, w, xc, yc, chosen, _ = placement
+        tiles, ox, oy, h, w, xc, yc, chosen, *_ = placement
         bsz, _, tile_h, tile_w, channels = tiles.shape  # tiles may be larger than the batch
-        height, width = image_hw(batch.images)
+        height, width = self._tile_hw(batch)
         dev = tiles.device
         y = torch.arange(2 * height, device=dev)[None, :, None]
         x = torch.arange(2 * width, device=dev)[None, None, :]

@@ -1,12 +1,12 @@
 """Ready-made pipelines that reproduce a trainer's default augmentation.
 
 `yolo_train` is Ultralytics' detection training pipeline (``v8_transforms`` with the defaults
-of ``cfg/default.yaml``): each image resized so its long side is ``imgsz`` (``load_image``),
-2x2 `Mosaic` with partners from recent images, `RandomAffine` back to ``imgsz`` (border
-``-imgsz / 2``), optional `MixUp`, vertical and horizontal flips of the whole canvas, and
-`RandomHSV`. With ``mosaic=0`` (Ultralytics' ``close_mosaic`` epochs) the image is letterboxed
-to ``imgsz`` and then goes through the same affine, as Ultralytics' ``RandomPerspective``
-pre-transform does. `yolo_val` is its validation letterbox.
+of ``cfg/default.yaml``): 2x2 `Mosaic` of images resized so their long side is ``imgsz``
+(``load_image``; Mosaic's ``resize``) with partners from recent images, `RandomAffine` back
+to ``imgsz`` (border ``-imgsz / 2``), optional `MixUp`, vertical and horizontal flips of the
+whole canvas, and `RandomHSV`. With ``mosaic=0`` (Ultralytics' ``close_mosaic`` epochs) the
+image is letterboxed to ``imgsz`` and then goes through the same affine, as Ultralytics'
+``RandomPerspective`` pre-transform does. `yolo_val` is its validation letterbox.
 """
 
 from __future__ import annotations
@@ -56,9 +56,10 @@ def yolo_train(
         raise UsageError(f"imgsz must be >= 1, got {imgsz!r}")
     steps: list[torch.nn.Module] = []
     if mosaic > 0:
-        # load_image: long side to imgsz, kept at the top-left; Mosaic places the valid region.
-        steps.append(Letterbox(imgsz, center=False))
-        steps.append(Mosaic(p=mosaic, buffer_size=min(int(buffer_size), YOLO_BUFFER_LIMIT)))
+        # load_image (long side to imgsz) is Mosaic's resize: on the OpenCV backend it folds
+        # into the affine's warp, one resample per output pixel.
+        buffer = min(int(buffer_size), YOLO_BUFFER_LIMIT)
+        steps.append(Mosaic(p=mosaic, buffer_size=buffer, resize=imgsz))
     else:
         steps.append(Letterbox(imgsz))
     steps.append(

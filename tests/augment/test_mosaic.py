@@ -170,3 +170,23 @@ def test_ring_buffer_push_wraps_around():
     mosaic(big)
     for k in range(6):  # slots 0..5 got samples 0..7 in order: slot k ends with the last one
         assert torch.equal(mosaic.buffer.images[k], big.images[k + 6 if k < 2 else k])
+
+
+def test_ring_buffer_grows_box_slots_without_copying_images():
+    """More box slots than held reallocate the box fields only; a larger canvas the images."""
+    mosaic = A.Mosaic(buffer_size=4, generator=torch.Generator().manual_seed(61))
+    first = make_batch(2, 8, 8, 2, seed=62)
+    mosaic(first)
+    held = mosaic.buffer.images
+    more = make_batch(2, 8, 8, 5, seed=63, all_valid=True)
+    mosaic(more)
+    assert mosaic.buffer.images.data_ptr() == held.data_ptr()
+    assert mosaic.buffer.boxes.shape[1] == 5
+    assert torch.equal(mosaic.buffer.boxes[:2, :2], first.boxes)
+    assert (mosaic.buffer.classes[:2, 2:] == -1).all() and not mosaic.buffer.mask[:2, 2:].any()
+    assert torch.equal(mosaic.buffer.boxes[2:4], more.boxes)
+    wider = make_batch(1, 8, 12, 1, seed=64)
+    mosaic(wider)
+    assert mosaic.buffer.images.shape[-2:] == (8, 12)
+    assert torch.equal(mosaic.buffer.images[1, :, :, :8], first.images[1])
+    assert torch.equal(mosaic.buffer.images[2, :, :, :8], more.images[0])
