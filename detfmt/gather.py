@@ -38,6 +38,7 @@ PADDING_LIMIT = 1 << 30
 PADDING_FACTOR = 8
 
 _MASK_ROWS = np.arange(256) < np.arange(257)[:, None]  # row k: k leading True slots
+_MASK_TABLES: dict[int, np.ndarray] = {}
 _POOL: ThreadPoolExecutor | None = None
 _POOL_LOCK = threading.Lock()
 
@@ -564,5 +565,8 @@ def _slot_mask(counts: np.ndarray, m: int) -> np.ndarray:
     slots it is a row gather from a table, a few times cheaper for a batch than the broadcast
     comparison, which stays for more slots."""
     if m <= _MASK_ROWS.shape[1]:
-        return np.ascontiguousarray(_MASK_ROWS.take(counts, axis=0)[:, :m])
+        table = _MASK_TABLES.get(m)
+        if table is None:  # a contiguous (257, m) table per slot count: one take per batch
+            table = _MASK_TABLES.setdefault(m, np.ascontiguousarray(_MASK_ROWS[:, :m]))
+        return table.take(counts, axis=0)
     return np.arange(m) < counts[:, None]

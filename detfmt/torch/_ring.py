@@ -107,7 +107,11 @@ class BufferRing:
         b, h, w, c = shape
         return slot.array[: b * h * w * c].reshape(shape)
 
-    def tensor_view(self, slot: Slot, shape: tuple[int, int, int, int]) -> torch.Tensor:
-        """`view` as a tensor sharing the slot's storage (so the ring sees it held)."""
-        _, h, w, c = shape
+    def tensor_view(self, slot: Slot, shape: tuple[int, int, int, int],
+                    channels_first: bool = False) -> torch.Tensor:
+        """`view` as a tensor sharing the slot's storage (so the ring sees it held); with
+        ``channels_first`` the same bytes as (B, C, H, W) channels_last."""
+        b, h, w, c = shape
+        if channels_first:
+            return slot.tensor.as_strided((b, c, h, w), (h * w * c, 1, w * c, c))
         return slot.tensor.as_strided(shape, (h * w * c, w * c, c, 1))

@@ -494,6 +494,7 @@ class Loader:
         boxes, classes, mask, fields = self.engine.labels(job)
         if self._gpu is not None and self._gpu.wants(job):
             hwc = self._gpu.decode_batch(self.engine, job, shape, self.pad_value)
+            images = hwc if self.layout == "HWC" else hwc.permute(0, 3, 1, 2)
         else:
             previous = None
             layout = slot.layout
@@ -506,17 +507,15 @@ class Loader:
             extents = self.engine.fill(job, self.ring.view(slot, shape), self.pad_value,
                                        previous=previous, io=self.io)
             slot.layout = ((height, width), self.pad_value, extents, slot.tensor._version)
-            hwc = self.ring.tensor_view(slot, shape)
-        images = hwc if self.layout == "HWC" else hwc.permute(0, 3, 1, 2)
+            images = self.ring.tensor_view(slot, shape, channels_first=self.layout == "CHW")
         return Batch(
             images=images,
-            boxes=torch.from_numpy(np.ascontiguousarray(boxes)),
-            classes=torch.from_numpy(np.ascontiguousarray(classes)),
-            mask=torch.from_numpy(mask),
+            boxes=_tensor(boxes),
+            classes=_tensor(classes),
+            mask=_tensor(mask),
             sizes=torch.from_numpy(job.sizes),
-            indices=torch.from_numpy(np.ascontiguousarray(job.indices)),
-            extras={name: torch.from_numpy(np.ascontiguousarray(value))
-                    for name, value in fields.items()},
+            indices=_tensor(job.indices),
+            extras={name: _tensor(value) for name, value in fields.items()},
         )
 
     def _to_device(self, batch: Batch, slot: Slot) -> Batch:
@@ -546,6 +545,11 @@ class _OnStream:
     def __init__(self, value: Any, done: Any) -> None:
         self.value = value
         self.done = done
+
+
+def _tensor(array: np.ndarray) -> torch.Tensor:
+    """A tensor sharing a C-contiguous array (copied first when it is not)."""
+    return torch.from_numpy(array if array.flags.c_contiguous else np.ascontiguousarray(array))
 
 
 def _tensors(value: Any) -> Iterator[torch.Tensor]:
