@@ -38,17 +38,34 @@ class GeometryState:
         batch_size: B.
         image_size: (height, width) of the canvas at this step.
         sizes: (B, 2) valid (h, w) regions at the top-left, or None for the full canvas.
-        boxes: (B, M, 4) boxes at this step (not clipped), for box-aware steps (IoU crop).
+        unmapped_boxes: (B, M, 4) boxes before the ``moves`` (not clipped).
         mask: (B, M) bool.
         device: where the images live.
+        moves: (B, 3, 3) matrices of earlier steps not yet applied to ``unmapped_boxes``.
     """
 
     batch_size: int
     image_size: tuple[int, int]
     sizes: torch.Tensor | None
-    boxes: torch.Tensor
+    unmapped_boxes: torch.Tensor
     mask: torch.Tensor
     device: torch.device
+    moves: tuple[torch.Tensor, ...] = ()
+
+    @property
+    def boxes(self) -> torch.Tensor:
+        """(B, M, 4) boxes at this step (not clipped), for box-aware steps (IoU crop).
+
+        Mapped on first read, through each earlier step in turn (as if mapped eagerly): most
+        pipelines have no step that reads them.
+        """
+        if self.moves:
+            boxes = self.unmapped_boxes
+            for matrix in self.moves:
+                boxes = transform_boxes(boxes, matrix)
+            object.__setattr__(self, "unmapped_boxes", boxes)
+            object.__setattr__(self, "moves", ())
+        return self.unmapped_boxes
 
     @classmethod
     def of(cls, batch: Batch) -> GeometryState:
@@ -56,7 +73,7 @@ class GeometryState:
             batch_size=len(batch),
             image_size=image_hw(batch.images),
             sizes=batch.sizes,
-            boxes=batch.boxes.to(torch.float32),
+            unmapped_boxes=batch.boxes.to(torch.float32),
             mask=batch.mask,
             device=batch.images.device,
         )
@@ -161,16 +178,14 @@ def mapped_extent(
 
 
 def advance(state: GeometryState, plan: Plan, map_region: bool = True) -> GeometryState:
-    """The state after a step: boxes moved (unclipped), canvas resized, valid region mapped
-    (``map_region=False``: left as the full canvas, for when no later step reads it)."""
+    """The state after a step: boxes to be moved (unclipped, on first read), canvas resized,
+    valid region mapped (``map_region=False``: left as the full canvas, for when no later step
+    reads it)."""
     sizes = None
     if map_region:
         sizes = mapped_extent(state.sizes, state.image_size, plan.matrix, plan.out_size)
     return dataclasses.replace(
-        state,
-        image_size=plan.out_size,
-        sizes=sizes,
-        boxes=transform_boxes(state.boxes, plan.matrix),
+        state, image_size=plan.out_size, sizes=sizes, moves=(*state.moves, plan.matrix)
     )
 
 

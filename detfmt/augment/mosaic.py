@@ -445,7 +445,7 @@ class Mosaic(Augmentation):
             batch_size=bsz * quads,
             image_size=self.resize.size,
             sizes=flat_sizes,
-            boxes=flat_boxes,
+            unmapped_boxes=flat_boxes,
             mask=mask.reshape(bsz * quads, slots),
             device=boxes.device,
         )

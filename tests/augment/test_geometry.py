@@ -271,3 +271,23 @@ def test_float32_warp_leaves_its_input_alone():
     before = batch.images.clone()
     A.RandomAffine(size=32)(batch)
     assert torch.equal(batch.images, before)
+
+
+def test_state_boxes_are_mapped_step_by_step_on_read():
+    """`advance` defers the box mapping; a read gives each step's min/max mapping in turn."""
+    from detfmt.augment._geometry import advance
+
+    batch = make_batch(4, 64, 80, seed=5)
+    steps = [
+        A.RandomAffine(degrees=30, shear=5, generator=torch.Generator().manual_seed(0)),
+        A.RandomFlip(p=0.5, generator=torch.Generator().manual_seed(1)),
+    ]
+    state = GeometryState.of(batch)
+    expected = state.boxes
+    for step in steps:
+        plan = step.plan(state, step.sample_geometry(state))
+        expected = mx.transform_boxes(expected, plan.matrix)
+        state = advance(state, plan)
+        assert len(state.moves) == 1  # nothing was read since the last step
+        assert torch.equal(state.boxes, expected)
+        assert state.moves == ()
