@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["load", "raw_gather"]
+__all__ = ["load", "raw_gather", "streams"]
 
 _KERNEL: Any = None
 _LOADED = False
@@ -30,13 +30,35 @@ _LOCK = threading.Lock()
 def raw_gather() -> Callable[..., int] | None:
     """The kernel if `load` has loaded it, else None (never loads it).
 
-    ``kernel(sources, heights, widths, rows, out, pad_value, prev_h, prev_w)``: for each j in
-    ``rows``, copy ``heights[j]`` rows of ``widths[j] * 3`` bytes from address ``sources[j]``
-    (0: leave the image to the caller) to slot j of ``out`` (B, H, W, 3) uint8 C-contiguous;
-    with ``pad_value >= 0``, set to it what the previous image of the slot
-    (``prev_h[j]`` x ``prev_w[j]``) covered outside the new one.
+    ``kernel(sources, heights, widths, rows, out, pad_value, prev_h, prev_w, stream)``: for
+    each j in ``rows``, copy ``heights[j]`` rows of ``widths[j] * 3`` bytes from address
+    ``sources[j]`` (0: leave the image to the caller) to slot j of ``out`` (B, H, W, 3) uint8
+    C-contiguous; with ``pad_value >= 0``, set to it what the previous image of the slot
+    (``prev_h[j]`` x ``prev_w[j]``) covered outside the new one. ``stream``: write with
+    non-temporal stores (see `streams`).
     """
     return _KERNEL
+
+
+def _stream_threshold() -> int:
+    try:
+        cache = int(os.sysconf("SC_LEVEL3_CACHE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        cache = 0
+    return max(cache, 16 << 20) // 2
+
+
+STREAM_BYTES = _stream_threshold()
+
+
+def streams(nbytes: int) -> bool:
+    """Whether a batch writing ``nbytes`` should bypass the cache (non-temporal stores).
+
+    A batch larger than half the last-level cache is evicted before anyone reads it; cached
+    stores would first read every destination line from memory. A smaller one may still be in
+    the cache when the training step or the augmentation reads it, so it is written normally.
+    """
+    return nbytes >= STREAM_BYTES
 
 
 def load() -> bool:

@@ -326,9 +326,10 @@ class Gather:
             prev_w = np.minimum(sizes_before[:, 1], width)
         pad = -1 if pad_value is None else int(pad_value)
         others = None if all_raw else np.flatnonzero(~raw)
+        stream = _kernel.streams(b * height * width * 3)
 
         def run(rows: np.ndarray) -> None:
-            kernel(sources, heights, widths, rows, out, pad, prev_h, prev_w)
+            kernel(sources, heights, widths, rows, out, pad, prev_h, prev_w, stream)
             if others is None or not len(others):  # all raw: the kernel did everything
                 return
             for j in np.intersect1d(rows, others).tolist():

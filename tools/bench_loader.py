@@ -40,8 +40,8 @@ LONG_SIDE = 640
 RESULTS: list[dict] = []
 LAST_MAKE: list = [None]
 MAKERS: dict[str, tuple] = {}  # key -> (make, warmup, row) for the interleaved headline
-HEADLINE_KEYS = ("limit_2", "detfmt_raw_2", "ffcv_2", "detfmt_raw_1", "ring_2", "detfmt_jpeg_1",
-                 "simplejpeg_1", "detfmt_jpeg_2")
+HEADLINE_KEYS = ("limit_2", "stream_limit_2", "detfmt_raw_2", "ffcv_2", "detfmt_raw_1", "ring_2",
+                 "detfmt_jpeg_1", "simplejpeg_1", "detfmt_jpeg_2")
 SKIPPED: list[tuple[str, str]] = []
 CLEANUP: list[Path] = []
 
@@ -264,8 +264,21 @@ def random_batches(n: int, seed: int = 0) -> Iterator[np.ndarray]:
 # ----------------------------------------------------------------------------- methods
 
 
-def bench_limit(raw_ds, threads: int, args) -> None:
-    """np.copyto of the same bytes: B consecutive samples' payload, one block, into the buffer."""
+def bench_limit(raw_ds, threads: int, args, stream: bool = False) -> None:
+    """np.copyto of the same bytes: B consecutive samples' payload, one block, into the buffer.
+    With ``stream``, the copy is the gather kernel's own with non-temporal stores (the limit of
+    the store kind the Loader uses for large batches)."""
+    copy = np.copyto
+    if stream:
+        from detfmt import _kernel
+
+        if not _kernel.load():
+            SKIPPED.append(("streaming copy limit", "numba is not installed"))
+            return
+        from detfmt._kernel_numba import copy_bytes
+
+        def copy(dst, src):
+            copy_bytes(dst, src, True)
     blob = np.memmap(raw_ds.path / "images.bin", np.uint8, mode="r")
     offsets = np.asarray(raw_ds.index["offset"], np.int64)
     n = len(offsets)
@@ -284,10 +297,11 @@ def bench_limit(raw_ds, threads: int, args) -> None:
                 cuts = np.linspace(0, size, threads + 1).astype(np.int64).tolist()
                 parts = [(buf[cuts[t] : cuts[t + 1]], blob[lo + cuts[t] : lo + cuts[t + 1]])
                          for t in range(threads)]
-                list(pool.map(lambda pair: np.copyto(*pair), parts))
+                list(pool.map(lambda pair: copy(*pair), parts))
                 yield BATCH
 
-    measure(f"memcpy limit (np.copyto, {threads} threads)", gen, group="limit",
+    name = "streaming copy (non-temporal stores" if stream else "memcpy limit (np.copyto"
+    measure(f"{name}, {threads} threads)", gen, group="limit",
             stored="raw blob", nbytes=du(raw_ds.path / "images.bin"), threads=str(threads),
             rounds=args.rounds, seconds=args.seconds)
 
@@ -950,6 +964,8 @@ def main() -> None:
     tag("limit_2")
     bench_limit(raw, 1, args)
     tag("limit_1")
+    bench_limit(raw, 2, args, stream=True)
+    tag("stream_limit_2")
     bench_detfmt_loader(raw, "detfmt Loader raw (2 threads)", args, "raw", num_threads=2)
     tag("detfmt_raw_2")
     bench_detfmt_loader(raw, "detfmt Loader raw (1 thread)", args, "raw", num_threads=1)

@@ -1,7 +1,8 @@
 """The native raw gather (`detfmt._kernel`, numba) writes exactly the bytes of the numpy path:
 same images, same padding cleared after the previous batch of the buffer, same untouched bytes
 with ``pad_value=None``, for 1.0 directories and sharded roots, raw and decoded codecs, 1 and 2
-threads. Skipped where numba is not installed (``pip install detfmt[fast]``)."""
+threads, with cached and with streaming (non-temporal) stores. Skipped where numba is not
+installed (``pip install detfmt[fast]``)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ def paths(monkeypatch):
     """Run a function once with the kernel and once with the numpy path."""
 
     def use(kind: str) -> None:
+        # "stream": every batch written with non-temporal stores; "kernel": none
+        monkeypatch.setattr(_kernel, "STREAM_BYTES", 0 if kind == "stream" else 1 << 62)
         monkeypatch.setattr(_kernel, "_LOADED", False)
         monkeypatch.setattr(_kernel, "_KERNEL", None)
         monkeypatch.setenv("DETFMT_GATHER", "numpy" if kind == "numpy" else "numba")
@@ -53,16 +56,53 @@ def test_kernel_writes_the_bytes_of_the_numpy_path(tmp_path, paths, kind, codec,
     batches = [rng.choice(len(ds), 8, replace=False) for _ in range(6)]
     canvas = (40, 40)
     results = {}
-    for path in ("numpy", "kernel"):
+    for path in ("numpy", "kernel", "stream"):
         paths(path)
-        if path == "kernel":
-            assert _kernel.raw_gather() is not None
-        else:
+        if path == "numpy":
             assert _kernel.raw_gather() is None
+        else:
+            assert _kernel.raw_gather() is not None
         results[path] = _fill_sequence(ds, batches, pad_value, threads, canvas, seed=5)
-    for got, want in zip(results["kernel"], results["numpy"], strict=True):
-        np.testing.assert_array_equal(got, want)
+    for path in ("kernel", "stream"):
+        for got, want in zip(results[path], results["numpy"], strict=True):
+            np.testing.assert_array_equal(got, want)
     ds.close()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_kernel_copies_and_clears_at_any_alignment(stream):
+    """Sources and rows at every offset modulo a cache line, lengths around line multiples:
+    the streaming stores' head, whole-line and tail parts each land where they should."""
+    from detfmt._kernel_numba import gather_raw
+
+    rng = np.random.default_rng(7)
+    for _ in range(120):
+        batch = 3
+        height, width = (int(v) for v in rng.integers(1, 60, 2))
+        images = [rng.integers(0, 256, (int(rng.integers(1, height + 1)),
+                                        int(rng.integers(1, width + 1)), 3), dtype=np.uint8)
+                  for _ in range(batch)]
+        blob = np.zeros(sum(im.size for im in images) + 128, np.uint8)
+        offset, offsets = int(rng.integers(0, 64)), []
+        for im in images:
+            blob[offset:offset + im.size] = im.ravel()
+            offsets.append(offset)
+            offset += im.size
+        sources = np.array(offsets, np.int64) + blob.ctypes.data
+        heights = np.array([im.shape[0] for im in images], np.int64)
+        widths = np.array([im.shape[1] for im in images], np.int64)
+        pad = int(rng.integers(0, 256))
+        storage = np.full(batch * height * width * 3 + 64, 9, np.uint8)
+        shift = int(rng.integers(0, 64))  # the batch at any offset from a cache line
+        out = storage[shift:shift + batch * height * width * 3].reshape(batch, height, width, 3)
+        full = np.full(batch, height, np.int64), np.full(batch, width, np.int64)
+        gather_raw(sources, heights, widths, np.arange(batch, dtype=np.int64), out, pad,
+                   *full, stream)
+        want = np.full_like(out, pad)
+        for j, im in enumerate(images):
+            want[j, :im.shape[0], :im.shape[1]] = im
+        np.testing.assert_array_equal(out, want)
+        assert (storage[:shift] == 9).all() and (storage[shift + out.size:] == 9).all()
 
 
 def test_kernel_refuses_an_image_larger_than_the_canvas(tmp_path, paths):
