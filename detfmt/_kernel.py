@@ -15,9 +15,11 @@ with `load`. Until then, and with ``DETFMT_GATHER=numpy``, the numpy path runs (
 
 from __future__ import annotations
 
+import glob
 import os
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 __all__ = ["load", "raw_gather", "streams"]
@@ -40,12 +42,23 @@ def raw_gather() -> Callable[..., int] | None:
     return _KERNEL
 
 
+def _last_level_cache() -> int:
+    """Bytes of the largest CPU cache Linux reports (0 where it reports none)."""
+    sizes = [0]
+    for entry in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*/size"):
+        try:
+            text = Path(entry).read_text().strip().upper()
+        except OSError:
+            continue
+        scale = {"K": 1 << 10, "M": 1 << 20}.get(text[-1:], 1)
+        digits = text.rstrip("KM")
+        if digits.isdigit():
+            sizes.append(int(digits) * scale)
+    return max(sizes)
+
+
 def _stream_threshold() -> int:
-    try:
-        cache = int(os.sysconf("SC_LEVEL3_CACHE_SIZE"))
-    except (ValueError, OSError, AttributeError):
-        cache = 0
-    return max(cache, 16 << 20) // 2
+    return max(_last_level_cache(), 16 << 20) // 2
 
 
 STREAM_BYTES = _stream_threshold()

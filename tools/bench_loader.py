@@ -966,6 +966,8 @@ def main() -> None:
     tag("limit_1")
     bench_limit(raw, 2, args, stream=True)
     tag("stream_limit_2")
+    bench_limit(raw, 1, args, stream=True)
+    tag("stream_limit_1")
     bench_detfmt_loader(raw, "detfmt Loader raw (2 threads)", args, "raw", num_threads=2)
     tag("detfmt_raw_2")
     bench_detfmt_loader(raw, "detfmt Loader raw (1 thread)", args, "raw", num_threads=1)

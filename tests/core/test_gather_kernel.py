@@ -123,3 +123,24 @@ def test_buffers_the_kernel_cannot_take_go_through_numpy(tmp_path, paths):
     np.testing.assert_array_equal(wide[0, :12, :9], ds[0].image)
     np.testing.assert_array_equal(wide[1, :7, :11], ds[1].image)
     ds.close()
+
+
+def test_only_batches_larger_than_half_the_cache_stream(tmp_path, paths, monkeypatch):
+    """A batch the next step may still find in the cache is written with cached stores."""
+    ds = make_dataset(tmp_path / "ds", [(12, 9), (7, 11)])
+    paths("kernel")
+    kernel, seen = _kernel.raw_gather(), []
+
+    def spy(*args):
+        seen.append(args[-1])
+        return kernel(*args)
+
+    monkeypatch.setattr(_kernel, "_KERNEL", spy)
+    out = np.zeros((2, 12, 11, 3), np.uint8)
+    for threshold in (out.nbytes + 1, out.nbytes):
+        monkeypatch.setattr(_kernel, "STREAM_BYTES", threshold)
+        ds.engine.fill(ds.engine.job([0, 1]), out, 0)
+        np.testing.assert_array_equal(out[1, :7, :11], ds[1].image)
+    assert seen == [False, True]
+    assert 8 << 20 <= _kernel._stream_threshold() < 1 << 40
+    ds.close()
