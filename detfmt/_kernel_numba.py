@@ -27,22 +27,28 @@ def _pointer(builder, address):
     return builder.inttoptr(address, ir.IntType(8).as_pointer())
 
 
-@intrinsic
-def _memcpy(typingctx, dst, src, n):
-    def codegen(context, builder, signature, args):
-        d, s, k = args
-        cgutils.raw_memcpy(builder, _pointer(builder, d), _pointer(builder, s), k, 1)
-        return context.get_dummy_value()
-    return types.void(types.intp, types.intp, types.intp), codegen
+def _on_three_words(emit):
+    """A numba intrinsic of three machine words (addresses, sizes, a byte) returning nothing,
+    whose body ``emit(builder, a, b, c)`` writes."""
+    def typer(typingctx, a, b, c):
+        def codegen(context, builder, signature, args):
+            emit(builder, *args)
+            return context.get_dummy_value()
+        return types.void(types.intp, types.intp, types.intp), codegen
+
+    typer.__name__ = typer.__qualname__ = emit.__name__
+    typer.__doc__ = emit.__doc__
+    return intrinsic(typer)
 
 
-@intrinsic
-def _memset(typingctx, dst, value, n):
-    def codegen(context, builder, signature, args):
-        d, v, k = args
-        cgutils.memset(builder, _pointer(builder, d), k, builder.trunc(v, ir.IntType(8)))
-        return context.get_dummy_value()
-    return types.void(types.intp, types.intp, types.intp), codegen
+@_on_three_words
+def _memcpy(builder, d, s, k):
+    cgutils.raw_memcpy(builder, _pointer(builder, d), _pointer(builder, s), k, 1)
+
+
+@_on_three_words
+def _memset(builder, d, v, k):
+    cgutils.memset(builder, _pointer(builder, d), k, builder.trunc(v, ir.IntType(8)))
 
 
 def _stream(builder, d, k, write_block, write_bytes):
@@ -69,46 +75,37 @@ def _nontemporal(builder, value, address):
                        builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)]))
 
 
-@intrinsic
-def _stream_copy(typingctx, dst, src, n):
+@_on_three_words
+def _stream_copy(builder, d, s, k):
     """memcpy with streaming stores for the whole cache lines of the destination."""
-    def codegen(context, builder, signature, args):
-        d, s, k = args
-        vector_type = ir.VectorType(ir.IntType(8), _VECTOR)
+    vector_type = ir.VectorType(ir.IntType(8), _VECTOR)
 
-        def block(offset):
-            source = builder.inttoptr(builder.add(s, offset), vector_type.as_pointer())
-            _nontemporal(builder, builder.load(source, align=1), builder.add(d, offset))
+    def block(offset):
+        source = builder.inttoptr(builder.add(s, offset), vector_type.as_pointer())
+        _nontemporal(builder, builder.load(source, align=1), builder.add(d, offset))
 
-        def tail(offset, size):
-            cgutils.raw_memcpy(builder, _pointer(builder, builder.add(d, offset)),
-                               _pointer(builder, builder.add(s, offset)), size, 1)
+    def tail(offset, size):
+        cgutils.raw_memcpy(builder, _pointer(builder, builder.add(d, offset)),
+                           _pointer(builder, builder.add(s, offset)), size, 1)
 
-        _stream(builder, d, k, block, tail)
-        return context.get_dummy_value()
-    return types.void(types.intp, types.intp, types.intp), codegen
+    _stream(builder, d, k, block, tail)
 
 
-@intrinsic
-def _stream_set(typingctx, dst, value, n):
+@_on_three_words
+def _stream_set(builder, d, v, k):
     """memset with streaming stores for the whole cache lines of the destination."""
-    def codegen(context, builder, signature, args):
-        d, v, k = args
-        byte = builder.trunc(v, ir.IntType(8))
-        vector_type = ir.VectorType(ir.IntType(8), _VECTOR)
-        splat = ir.Constant(vector_type, None)
-        for i in range(_VECTOR):
-            splat = builder.insert_element(splat, byte, ir.Constant(ir.IntType(32), i))
+    byte = builder.trunc(v, ir.IntType(8))
+    splat = ir.Constant(ir.VectorType(ir.IntType(8), _VECTOR), None)
+    for i in range(_VECTOR):
+        splat = builder.insert_element(splat, byte, ir.Constant(ir.IntType(32), i))
 
-        def block(offset):
-            _nontemporal(builder, splat, builder.add(d, offset))
+    def block(offset):
+        _nontemporal(builder, splat, builder.add(d, offset))
 
-        def tail(offset, size):
-            cgutils.memset(builder, _pointer(builder, builder.add(d, offset)), size, byte)
+    def tail(offset, size):
+        cgutils.memset(builder, _pointer(builder, builder.add(d, offset)), size, byte)
 
-        _stream(builder, d, k, block, tail)
-        return context.get_dummy_value()
-    return types.void(types.intp, types.intp, types.intp), codegen
+    _stream(builder, d, k, block, tail)
 
 
 @intrinsic
@@ -127,16 +124,13 @@ def _store_fence(typingctx):
 
 
 @njit(nogil=True, cache=True)
-def _copy(dst, src, n, stream):  # pragma: no cover
-    if stream:
+def _write(dst, src, value, n, stream):  # pragma: no cover
+    """n bytes at ``dst``: copied from ``src``, or set to ``value`` where ``src`` is 0."""
+    if src and stream:
         _stream_copy(dst, src, n)
-    else:
+    elif src:
         _memcpy(dst, src, n)
-
-
-@njit(nogil=True, cache=True)
-def _set(dst, value, n, stream):  # pragma: no cover
-    if stream:
+    elif stream:
         _stream_set(dst, value, n)
     else:
         _memset(dst, value, n)
@@ -159,17 +153,17 @@ def gather_raw(sources, heights, widths, rows, out, pad_value, prev_h, prev_w,
             pw = prev_w[j]
             if w < pw:
                 for r in range(min(h, ph)):
-                    _set(base + r * row_bytes + rb, pad_value, (pw - w) * 3, stream)
+                    _write(base + r * row_bytes + rb, 0, pad_value, (pw - w) * 3, stream)
             if h < ph:
-                _set(base + h * row_bytes, pad_value, (ph - h) * row_bytes, stream)
+                _write(base + h * row_bytes, 0, pad_value, (ph - h) * row_bytes, stream)
         src = sources[j]
         if src == 0:
             continue
         if rb == row_bytes:
-            _copy(base, src, h * rb, stream)
+            _write(base, src, 0, h * rb, stream)
         else:
             for r in range(h):
-                _copy(base + r * row_bytes, src + r * rb, rb, stream)
+                _write(base + r * row_bytes, src + r * rb, 0, rb, stream)
     if stream:
         _store_fence()
     return 0
@@ -179,7 +173,7 @@ def gather_raw(sources, heights, widths, rows, out, pad_value, prev_h, prev_w,
 def copy_bytes(dst, src, stream):  # pragma: no cover
     """One copy of ``src`` into ``dst`` (1-D uint8, same size) with the gather's stores: the
     benchmarks' copy limit for the kernel's store kind."""
-    _copy(dst.ctypes.data, src.ctypes.data, min(dst.size, src.size), stream)
+    _write(dst.ctypes.data, src.ctypes.data, 0, min(dst.size, src.size), stream)
     if stream:
         _store_fence()
     return 0
