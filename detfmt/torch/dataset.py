@@ -20,6 +20,7 @@ import numpy as np
 import torch
 import torch.utils.data as tud
 
+from detfmt import _kernel
 from detfmt.errors import DetfmtError, UsageError
 from detfmt.gather import check_canvas, check_padding
 from detfmt.order import DEFAULT_SHARD_WINDOW, Schedule
@@ -117,26 +118,31 @@ def collate(samples: Sequence[dict[str, torch.Tensor]], pad_value: int = 0) -> B
 
 
 class _RingBatches(tud.Dataset):
-    """Worker side: item (indices, slot id, shape) -> gather into the shared slot, return the
-    labels and sizes only."""
+    """Worker side: item (indices, slot id, shape, previous extents) -> gather into the shared
+    slot, return the labels and sizes only."""
 
-    def __init__(self, source: _Reopen, slots: list[torch.Tensor], io: str, pad_value: int
-                 ) -> None:
+    def __init__(self, source: _Reopen, slots: list[torch.Tensor], io: str, pad_value: int,
+                 native: bool) -> None:
         self.source = source
         self.slots = slots  # shared-memory tensors: pickled by handle, never by value
         self.io = io
         self.pad_value = pad_value
+        self.native = native  # load the native gather in the worker, as the parent did
 
     def __len__(self) -> int:  # the sampler drives; DataLoader asks only for len()
         return 0
 
-    def __getitem__(self, item: tuple[np.ndarray, int, tuple[int, int]]) -> tuple:
+    def __getitem__(self, item: tuple[np.ndarray, int, tuple[int, int], np.ndarray | None]
+                    ) -> tuple:
+        if self.native:
+            _kernel.load()  # once per worker process (persistent workers)
         try:
             return self._gather(*item)
         except DetfmtError as error:  # travels pickled with its rule, file and sample (torch
             return (error,)  # would re-raise its type with the message only)
 
-    def _gather(self, indices: np.ndarray, slot_id: int, hw: tuple[int, int]) -> tuple:
+    def _gather(self, indices: np.ndarray, slot_id: int, hw: tuple[int, int],
+                previous: np.ndarray | None) -> tuple:
         height, width = hw
         engine = self.source.ds.engine
         job = engine.job(indices)
@@ -148,8 +154,8 @@ class _RingBatches(tud.Dataset):
             images = torch.empty(shape, dtype=torch.uint8)
             target = images.numpy()
         boxes, classes, mask, fields = engine.labels(job)
-        engine.fill(job, target, self.pad_value, io=self.io)
-        return indices, slot_id, shape, images, boxes, classes, mask, fields, job.sizes
+        extents = engine.fill(job, target, self.pad_value, previous=previous, io=self.io)
+        return indices, slot_id, shape, images, boxes, classes, mask, fields, extents
 
 
 def _identity(item: Any) -> Any:
@@ -169,13 +175,22 @@ class _RingSampler(tud.Sampler):
     def __len__(self) -> int:
         return len(self.owner._batches)
 
-    def __iter__(self) -> Iterator[tuple[np.ndarray, int, tuple[int, int]]]:
+    def __iter__(self) -> Iterator[tuple[np.ndarray, int, tuple[int, int], np.ndarray | None]]:
         owner = self.owner
         for indices in owner._batches:
             shape = owner.canvas or owner._shape(indices)
             slot = owner.ring.try_acquire(len(indices) * shape[0] * shape[1] * 3)
             owner.in_flight.append(slot)
-            yield indices, (slot.index if slot is not None else -1), shape
+            previous = None
+            if slot is not None:
+                # what the slot's last gather wrote, unless its batch was written in place since
+                # (torch bumps the version counter shared by every view of the slot)
+                layout = slot.layout
+                if (layout is not None and layout[0] == shape
+                        and layout[2] == slot.tensor._version):
+                    previous = layout[1]
+                slot.layout = None  # unknown while a worker writes into it
+            yield indices, (slot.index if slot is not None else -1), shape, previous
 
 
 class RingDataLoader:
@@ -244,6 +259,8 @@ class RingDataLoader:
         self.num_workers = num_workers
         self.prefetch_factor = prefetch_factor
         self.io = io
+        # the workers load the native gather when this process can (numba installed)
+        self.native = io == "mmap" and _kernel.load()
         self.pad_value = pad_value
         self.multiprocessing_context = multiprocessing_context
 
@@ -277,7 +294,7 @@ class RingDataLoader:
         """One DataLoader whose persistent workers (and their slot mappings) serve every epoch."""
         if self._loader is None:
             source = _RingBatches(_Reopen(self.ds), [slot.tensor for slot in self.ring.slots],
-                                  self.io, self.pad_value)
+                                  self.io, self.pad_value, self.native)
             self._loader = tud.DataLoader(
                 source, batch_size=None, sampler=_RingSampler(self),
                 num_workers=self.num_workers, collate_fn=_identity,
@@ -312,6 +329,7 @@ class RingDataLoader:
                 if slot is not None:
                     count = int(np.prod(shape))
                     images = slot.tensor[:count].view(shape)
+                    slot.layout = (shape[1:3], sizes, slot.tensor._version)
                     self.ring.release(slot)
                 else:
                     images = torch.as_tensor(images)

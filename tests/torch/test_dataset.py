@@ -105,6 +105,28 @@ def test_ring_dataloader_recycles_without_fallback(make_ds):
     ring.close()
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("pad_value", [0, 114])
+def test_ring_dataloader_clears_only_stale_padding_and_all_after_in_place_writes(make_any,
+                                                                                pad_value):
+    """Recycled slots of one canvas clear just what their last batch wrote outside the new
+    images; a batch written in place through torch gets its slot's padding rewritten in full."""
+    ds = make_any(varied_shapes(40, seed=4))
+    ring = RingDataLoader(ds, 4, num_workers=2, prefetch_factor=1, ring=3, layout="HWC",
+                          canvas=(40, 40), pad_value=pad_value)
+    for epoch in range(2):
+        for k, batch in enumerate(ring):
+            for j, i in enumerate(batch.indices.tolist()):
+                h, w = ds.image_shape(i)[:2]
+                image = batch.images[j].numpy()
+                np.testing.assert_array_equal(image[:h, :w], ds[i].image)
+                assert (image[h:] == pad_value).all() and (image[:h, w:] == pad_value).all()
+            if (k + epoch) % 3 == 0:
+                batch.images.fill_(255)  # an in-place augmentation
+            del batch
+    ring.close()
+
+
 def test_items_are_the_readers_samples(make_any):
     """Items come from ds[i] (global indices of a sharded root), through pickling too."""
     ds = make_any(varied_shapes(27))
