@@ -47,6 +47,7 @@ from detfmt.spec import FORMAT_VERSION
 from detfmt.version import __version__
 
 if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and IDEs
+    from detfmt._kernel import load as use_native_gather
     from detfmt._stored import StoredSample
     from detfmt._verify import VerifyReport, verify
     from detfmt.api import open_dataset as open
@@ -85,6 +86,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "commit": ("detfmt.shard.write", "commit"),
     "write_shard": ("detfmt.shard.write", "write_shard"),
     "convert": ("detfmt.convert", None),
+    "use_native_gather": ("detfmt._kernel", "load"),
 }
 
 __all__ = [
@@ -137,6 +139,7 @@ __all__ = [
     "cleanup",
     "commit",
     "open",
+    "use_native_gather",
     "verify",
     "write",
     "write_shard",

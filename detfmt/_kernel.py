@@ -4,13 +4,15 @@
 ``np.copyto`` per sample, and each copy gives the GIL back and takes it again; under load a
 thread waits for the GIL after every sample. This kernel does a thread's whole share of a batch
 (row copies and the clearing of what the previous batch left outside the new images) in one
-``nogil`` call over a table of source addresses. It writes through raw pointers, so its caller
+``nogil`` call over a table of source addresses, large batches with non-temporal stores
+(`streams`). It writes through raw pointers, so its caller
 checks everything first: the buffer's layout, every image inside the canvas, every source range
 inside a mapping whose records were checked (R-44).
 
 Loading numba and its cached kernel takes about a second, so nothing loads it implicitly on the
-first batch: the torch `Loader` loads it when it is built (a training run's start), anyone else
-with `load`. Until then, and with ``DETFMT_GATHER=numpy``, the numpy path runs (same bytes).
+first batch: the torch `Loader` and `RingDataLoader` load it when built (a training run's
+start), anyone else with ``detfmt.use_native_gather()`` (`load`). Until then, and with
+``DETFMT_GATHER=numpy``, the numpy path runs (same bytes).
 """
 
 from __future__ import annotations
@@ -75,8 +77,10 @@ def streams(nbytes: int) -> bool:
 
 
 def load() -> bool:
-    """Load the kernel once (numba import, cached compile, one warm-up call); whether it is
-    available. False without numba or with ``DETFMT_GATHER=numpy``."""
+    """Load the native raw gather once (numba import, cached compile, one warm-up call: about a
+    second); whether it is in use. ``detfmt.use_native_gather()``: call it once before
+    ``ds.batch`` loops (the torch loaders call it themselves). False without numba
+    (``pip install 'detfmt[fast]'``) or with ``DETFMT_GATHER=numpy``."""
     global _KERNEL, _LOADED
     with _LOCK:
         if not _LOADED:

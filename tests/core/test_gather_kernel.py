@@ -144,3 +144,17 @@ def test_only_batches_larger_than_half_the_cache_stream(tmp_path, paths, monkeyp
     assert seen == [False, True]
     assert 8 << 20 <= _kernel._stream_threshold() < 1 << 40
     ds.close()
+
+
+def test_numpy_users_load_the_native_gather_through_the_package(tmp_path, paths):
+    import detfmt
+
+    paths("numpy")
+    assert detfmt.use_native_gather() is False  # DETFMT_GATHER=numpy
+    paths("kernel")
+    assert _kernel.raw_gather() is not None
+    assert detfmt.use_native_gather() is True
+    ds = make_dataset(tmp_path / "ds", [(12, 9), (7, 11)])
+    batch = ds.batch([1, 0])
+    np.testing.assert_array_equal(batch.images[0, :7, :11], ds[1].image)
+    ds.close()
