@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from detfmt.augment._memory import channels_last, empty_hwc
+from detfmt.augment._memory import channels_last, reused_empty
 
 _pool_lock = threading.Lock()
 _pools: dict[int, ThreadPoolExecutor] = {}
@@ -64,8 +64,9 @@ def _hwc(images: torch.Tensor) -> np.ndarray:
 
 
 def _empty_like_batch(batch: int, channels: int, height: int, width: int) -> torch.Tensor:
-    """A fresh channels_last uint8 (B, C, H, W) output (huge-page backed when large)."""
-    return empty_hwc((batch, height, width, channels), torch.uint8).permute(0, 3, 1, 2)
+    """An uninitialised channels_last uint8 (B, C, H, W) output, in a buffer this thread reuses
+    once the consumer has dropped it (`reused_empty`)."""
+    return reused_empty((batch, height, width, channels)).permute(0, 3, 1, 2)
 
 
 def _plane(array: np.ndarray) -> np.ndarray:

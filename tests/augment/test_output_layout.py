@@ -1,0 +1,89 @@
+"""Output buffers: reused ones are never handed out while anything still references them."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+import detfmt.augment as A
+from detfmt.augment import _memory
+
+from ._helpers import make_batch
+
+pytest.importorskip("cv2")
+
+
+def _sized(seed: int, channels: int = 3):
+    """A batch whose samples have valid regions below their canvas (scaled mosaic tiles)."""
+    batch = make_batch(5, 40, 52, 4, seed=seed, smooth=True)
+    images = batch.images if channels == 3 else batch.images[:, :1].contiguous()
+    sizes = torch.tensor([[40, 52], [21, 52], [40, 30], [13, 17], [33, 11]], dtype=torch.int32)
+    return batch.replace(images=images.contiguous(memory_format=torch.channels_last), sizes=sizes)
+
+
+@pytest.fixture
+def fresh_pool(monkeypatch):
+    """This thread's reused buffers start empty."""
+    monkeypatch.setattr(_memory, "_reused", threading.local())
+
+
+PIPELINES = {
+    # the tile warp (scaled tiles), HSV fused
+    "mosaic-resize+affine+flip+hsv": lambda: [
+        A.Mosaic(buffer_size=6, resize=48),
+        A.RandomAffine(size=48),
+        A.RandomFlip(p=0.5, about="canvas"),
+        A.RandomHSV(),
+    ],
+}
+
+
+def test_held_outputs_are_never_overwritten(fresh_pool):
+    """Outputs come from reused buffers: every output the caller still holds keeps its pixels
+    while later batches are produced (more of them than the buffers kept per thread)."""
+    pipeline = A.Compose(PIPELINES["mosaic-resize+affine+flip+hsv"](),
+                         generator=torch.Generator().manual_seed(1))
+    held = []
+    for seed in range(_memory.REUSED_BUFFERS_PER_THREAD + 3):
+        out = pipeline(_sized(seed)).images
+        held.append((out, out.clone()))
+    for out, copy in held:
+        assert torch.equal(out, copy)
+
+
+HOLDERS = {
+    "the tensor": lambda t: t,
+    "a view": lambda t: t.permute(0, 2, 3, 1)[1:],
+    "a numpy array": lambda t: t.numpy()[0],
+}
+
+
+@pytest.mark.parametrize("holder", list(HOLDERS))
+def test_reused_buffer_is_free_only_when_nothing_references_it(fresh_pool, holder):
+    shape = (2, 3, 5, 7)
+    first = _memory.reused_empty(shape)
+    address = first.data_ptr()
+    kept = HOLDERS[holder](first)
+    del first
+    other = _memory.reused_empty(shape)
+    assert other.data_ptr() != address  # still referenced through the holder
+    del other, kept
+    again = _memory.reused_empty(shape)
+    assert again.data_ptr() == address  # free once nothing references it
+
+
+def test_reused_buffers_are_bounded_and_resized(fresh_pool):
+    shape = (3, 4, 6, 8)
+    held = [_memory.reused_empty(shape) for _ in range(_memory.REUSED_BUFFERS_PER_THREAD + 2)]
+    assert len({t.data_ptr() for t in held}) == len(held)  # none shared while all are held
+    pooled = held[0].data_ptr()
+    del held[0]
+    again = _memory.reused_empty(shape)
+    assert again.data_ptr() == pooled
+    assert again.shape == shape and again.is_contiguous() and again.dtype == torch.uint8
+    del again
+    bigger = _memory.reused_empty((3, 4, 6, 9))  # a free buffer of another size is replaced
+    assert bigger.shape == (3, 4, 6, 9) and bigger.is_contiguous()
+    assert len(_memory._reused.pool.arrays) == _memory.REUSED_BUFFERS_PER_THREAD
