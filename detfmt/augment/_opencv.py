@@ -283,30 +283,38 @@ def _translations(xy: np.ndarray) -> np.ndarray:
 
 
 def _plan_tiles(
-    tiles: list[Tile],
+    tiles: list[list[Tile]],
     forward: np.ndarray,
-    window: tuple[int, int, int, int],
+    windows: list[list[int]],
     out_size: tuple[int, int],
-) -> list[_TileWarp]:
-    """The warps of one canvas's scaled tiles, all tiles' numbers at once (numpy, float64).
+) -> list[list[_TileWarp]]:
+    """The warps of each canvas's scaled tiles, the numbers of all tiles at once (numpy, float64).
 
-    ``forward`` (3, 3) maps canvas -> output; ``window`` is the part of the canvas the output
-    can read (`source_windows`). A tile's ROI is the output pixels whose centres its rectangle
-    holds (for an axis-aligned map exactly those, else their bounding box; the whole output
-    when the rectangle crosses the horizon); its crop, the array's pixels under the rectangle
-    and the window (where the window cuts the rectangle, no output pixel reads past the cut).
-    Tiles whose ROI or crop is empty are left out.
+    ``tiles[b]`` are canvas b's tiles (an empty list: nothing to plan); ``forward[b]`` (3, 3)
+    maps canvas b -> output; ``windows[b]`` is the part of it the output can read
+    (`source_windows`). A tile's ROI is the output pixels whose centres its rectangle holds
+    (for an axis-aligned map exactly those, else their bounding box; the whole output when the
+    rectangle crosses the horizon); its crop, the array's pixels under the rectangle and the
+    window (where the window cuts the rectangle, no output pixel reads past the cut). Tiles
+    whose ROI or crop is empty are left out. One pass for the whole batch: per sample, the
+    fixed cost of a few dozen small numpy calls was most of the work.
     """
-    if not tiles:
-        return []
+    owner = [b for b, mine in enumerate(tiles) for _ in mine]
+    flat = [t for mine in tiles for t in mine]
+    plans: list[list[_TileWarp]] = [[] for _ in tiles]
+    if not flat:
+        return plans
     out_h, out_w = out_size
-    rects = np.array([(t.x0, t.y0, t.x1, t.y1) for t in tiles], dtype=np.float64)
-    place = np.array([(t.left, t.top, t.scale_x, t.scale_y) for t in tiles], dtype=np.float64)
-    shapes = np.array([t.array.shape[:2] for t in tiles], dtype=np.float64)
+    count = len(flat)
+    rects = np.array([(t.x0, t.y0, t.x1, t.y1) for t in flat], dtype=np.float64)
+    place = np.array([(t.left, t.top, t.scale_x, t.scale_y) for t in flat], dtype=np.float64)
+    shapes = np.array([t.array.shape[:2] for t in flat], dtype=np.float64)
+    forward = np.asarray(forward, dtype=np.float64)[owner]  # (N, 3, 3)
+    window = np.array(windows, dtype=np.float64)[owner]  # (N, 4)
     corners = np.stack(
         [rects[:, [0, 1]], rects[:, [2, 1]], rects[:, [0, 3]], rects[:, [2, 3]]], axis=1
     )
-    mapped = np.concatenate([corners, np.ones((len(tiles), 4, 1))], axis=-1) @ forward.T
+    mapped = np.concatenate([corners, np.ones((count, 4, 1))], axis=-1) @ forward.transpose(0, 2, 1)
     w = mapped[..., 2]
     finite = (w > 1e-12).all(axis=1)
     xy = mapped[..., :2] / np.where(finite[:, None], w, 1.0)[..., None]
@@ -316,23 +324,24 @@ def _plan_tiles(
     size = np.array([out_w, out_h], dtype=np.float64)
     low = np.where(finite[:, None], np.clip(low, 0, size), 0)
     high = np.where(finite[:, None], np.clip(high, 0, size), size)
-    lo_xy = np.maximum(rects[:, :2], window[:2])
-    hi_xy = np.minimum(rects[:, 2:], window[2:])
+    lo_xy = np.maximum(rects[:, :2], window[:, :2])
+    hi_xy = np.minimum(rects[:, 2:], window[:, 2:])
     crop_lo = np.maximum(np.floor((lo_xy - place[:, :2]) / place[:, 2:]), 0)
     crop_hi = np.minimum(np.ceil((hi_xy - place[:, :2]) / place[:, 2:]), shapes[:, ::-1])
     # Staged pixel p is array pixel p + crop_lo - 1; output pixel q is roi pixel q + low.
-    to_canvas = np.tile(np.eye(3), (len(tiles), 1, 1))
+    to_canvas = np.tile(np.eye(3), (count, 1, 1))
     to_canvas[:, 0, 0], to_canvas[:, 1, 1] = place[:, 2], place[:, 3]
     to_canvas[:, :2, 2] = place[:, :2]
     to_roi = _translations(-low) @ forward
     inverse = opencv_inverse(to_roi @ to_canvas @ _translations(crop_lo - 1))
     rect_inverse = opencv_inverse(to_roi @ _translations(rects[:, :2]))
-    plans = []
     keep = (high > low).all(axis=1) & (crop_hi > crop_lo).all(axis=1)
+    rois = np.concatenate([low, high], axis=1).astype(np.int64).tolist()
+    crops = np.concatenate([crop_lo, crop_hi], axis=1).astype(np.int64).tolist()
     for i in np.flatnonzero(keep).tolist():
-        roi = (int(low[i, 0]), int(low[i, 1]), int(high[i, 0]), int(high[i, 1]))
-        crop = (int(crop_lo[i, 0]), int(crop_lo[i, 1]), int(crop_hi[i, 0]), int(crop_hi[i, 1]))
-        plans.append(_TileWarp(tiles[i], roi, crop, inverse[i], rect_inverse[i]))
+        plans[owner[i]].append(
+            _TileWarp(flat[i], tuple(rois[i]), tuple(crops[i]), inverse[i], rect_inverse[i])
+        )
     return plans
 
 
@@ -445,10 +454,12 @@ def warp_images_opencv(
     tables, used = _hsv_tables(hsv) if hsv is not None else (None, None)
     forward = matrix.detach().to("cpu", torch.float64).numpy()
     tiled = [any(tile.scaled for tile in tiles) for tiles in source.tiles]
-    plans = [
-        _plan_tiles(tiles, forward[i], tuple(windows[i]), out_size) if tiled[i] else []
-        for i, tiles in enumerate(source.tiles)
-    ]
+    plans = _plan_tiles(
+        [tiles if tiled[i] else [] for i, tiles in enumerate(source.tiles)],
+        forward,
+        windows,
+        out_size,
+    )
     axis_aligned = [m[0, 1] == 0 and m[1, 0] == 0 and not perspective for m in forward]
 
     def one(i: int) -> None:
