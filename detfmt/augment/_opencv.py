@@ -63,10 +63,22 @@ def _hwc(images: torch.Tensor) -> np.ndarray:
     return channels_last(images).permute(0, 2, 3, 1).numpy()
 
 
-def _empty_like_batch(batch: int, channels: int, height: int, width: int) -> torch.Tensor:
-    """An uninitialised channels_last uint8 (B, C, H, W) output, in a buffer this thread reuses
-    once the consumer has dropped it (`reused_empty`)."""
+def _empty_like_batch(
+    batch: int, channels: int, height: int, width: int, planar: bool = False
+) -> torch.Tensor:
+    """An uninitialised uint8 (B, C, H, W) output, channels_last or (``planar``) contiguous,
+    in a buffer this thread reuses once the consumer has dropped it (`reused_empty`)."""
+    if planar:
+        return reused_empty((batch, channels, height, width))
     return reused_empty((batch, height, width, channels)).permute(0, 3, 1, 2)
+
+
+def _sample_targets(out: torch.Tensor, planar: bool) -> list[Any]:
+    """Per sample, where its pixels go: an (H, W, C) view of a channels_last ``out``, or (with
+    ``planar``) the list of its C (H, W) planes."""
+    if planar:
+        return [list(sample) for sample in out.numpy()]
+    return list(out.permute(0, 2, 3, 1).numpy())
 
 
 def _plane(array: np.ndarray) -> np.ndarray:
@@ -422,6 +434,7 @@ def warp_images_opencv(
     affine_only: bool = False,
     source: TiledSource | None = None,
     hsv: torch.Tensor | None = None,
+    planar: bool = False,
 ) -> torch.Tensor:
     """`_warp.warp_images` for uint8 CPU images with ``cv2.warpAffine`` / ``warpPerspective``.
 
@@ -430,15 +443,17 @@ def warp_images_opencv(
     constant border, as in the torch path. ``source`` replaces ``images`` with a `TiledSource`
     (a `Mosaic` canvas that is never built). ``hsv`` (B, 3) gains: apply `RandomHSV` to the
     warped pixels before they are written (RGB images only; what `hsv_opencv` of the result
-    gives, without the intermediate batch). Returns channels_last uint8 images.
+    gives, without the intermediate batch). Returns channels_last uint8 images, or contiguous
+    (B, C, H, W) ones with ``planar`` (each sample's planes written as it is finished, not by a
+    later copy of the whole batch).
     """
     cv2 = _cv2()
     if source is None:
         source = image_source(images, sizes)
     batch, channels = len(source.tiles), source.channels
     out_h, out_w = out_size
-    out = _empty_like_batch(batch, channels, out_h, out_w)
-    dst = out.permute(0, 2, 3, 1).numpy()
+    out = _empty_like_batch(batch, channels, out_h, out_w, planar)
+    targets = _sample_targets(out, planar)
     inverse = opencv_matrices(matrix)
     if source.crop:
         windows = source_windows(inverse, out_size, source.sizes).tolist()
@@ -461,12 +476,26 @@ def warp_images_opencv(
         out_size,
     )
     axis_aligned = [m[0, 1] == 0 and m[1, 0] == 0 and not perspective for m in forward]
+    # Warped straight into the output when nothing follows and the layouts agree, else into
+    # this thread's scratch (RGBA, or a planar output) and then recoloured/converted into it.
+    direct = tables is None and staged == channels and (not planar or channels == 1)
+
+    def warp_target(i: int) -> np.ndarray:
+        if direct:
+            target = targets[i]
+            return target[0][..., None] if planar else target
+        return _scratch("warped", (out_h, out_w, staged))
+
+    def finish(i: int, warped: np.ndarray) -> None:
+        if tables is not None:
+            _hsv_into(warped, tables[i], used[i], targets[i])
+        elif not direct:
+            _convert_into(warped, targets[i])
 
     def one(i: int) -> None:
         x0, y0, x1, y1 = windows[i]
-        target = dst[i]
+        warped = warp_target(i)
         if tiled[i]:
-            warped = _scratch("warped", (out_h, out_w, 4)) if staged == 4 else target
             _warp_tiles(
                 plans[i],
                 warped,
@@ -476,22 +505,17 @@ def warp_images_opencv(
                 axis_aligned=axis_aligned[i],
                 flags=flags,
             )
-            if tables is not None:
-                _hsv_into(warped, tables[i], used[i], target)
-            elif staged == 4:
-                cv2.cvtColor(warped, cv2.COLOR_RGBA2RGB, dst=target)
+            finish(i, warped)
             return
         if x1 <= x0 or y1 <= y0:  # the output sees none of the canvas
-            target.fill(round(fill))
-            if tables is not None:
-                _hsv_into(target, tables[i], used[i], target)
+            warped.fill(round(fill))
+            finish(i, warped)
             return
         image = _read_window(source, i, (x0, y0, x1, y1), staged)
         # Window coordinates: the inverse map followed by a shift of (-x0, -y0).
         m = inverse[i].copy()
         m[0] -= x0 * m[2]
         m[1] -= y0 * m[2]
-        warped = _scratch("warped", (out_h, out_w, 4)) if staged == 4 else _plane(target)
         warp = cv2.warpPerspective if perspective else cv2.warpAffine
         if not perspective:
             m = m[:2]
@@ -499,15 +523,42 @@ def warp_images_opencv(
             _plane(image),
             m,
             (out_w, out_h),
-            dst=warped,
+            dst=_plane(warped),
             flags=flags,
             borderMode=cv2.BORDER_CONSTANT,
             borderValue=border,
         )
-        if tables is not None:
-            _hsv_into(warped, tables[i], used[i], target)
-        elif staged == 4:
-            cv2.cvtColor(warped, cv2.COLOR_RGBA2RGB, dst=target)
+        finish(i, warped)
+
+    _for_each_sample(batch, one)
+    return out
+
+
+def _convert_into(image: np.ndarray, dst: np.ndarray | list[np.ndarray]) -> None:
+    """A staged (H, W, S) image into an (H, W, C) view or a list of C planes (C <= S: RGBA
+    staging of RGB drops the alpha)."""
+    cv2 = _cv2()
+    if isinstance(dst, list):
+        if len(dst) == image.shape[-1]:
+            cv2.split(image, dst)
+        else:
+            cv2.mixChannels([image], dst, [v for c in range(len(dst)) for v in (c, c)])
+    elif dst.shape[-1] == 3 and image.shape[-1] == 4:
+        cv2.cvtColor(image, cv2.COLOR_RGBA2RGB, dst=dst)
+    else:
+        np.copyto(dst, image)
+
+
+def planar_copy(images: torch.Tensor) -> torch.Tensor:
+    """A contiguous copy of channels_last uint8 (B, C, H, W) images, one ``cv2.split`` per
+    sample (a de-interleave, where torch's copy of a permuted view is a strided gather)."""
+    batch, channels, height, width = images.shape
+    out = _empty_like_batch(batch, channels, height, width, planar=True)
+    targets = _sample_targets(out, planar=True)
+    src = images.permute(0, 2, 3, 1).numpy()
+
+    def one(i: int) -> None:
+        _convert_into(src[i], targets[i])
 
     _for_each_sample(batch, one)
     return out
@@ -541,8 +592,11 @@ def _hsv_tables(gains: torch.Tensor) -> tuple[np.ndarray, list[list[bool]]]:
     return tables, used.tolist()
 
 
-def _hsv_into(image: np.ndarray, tables: np.ndarray, used: list[bool], dst: np.ndarray) -> None:
-    """Ultralytics' HSV LUTs on one RGB or RGBA (H, W, C) image, written as RGB into ``dst``.
+def _hsv_into(
+    image: np.ndarray, tables: np.ndarray, used: list[bool], dst: np.ndarray | list[np.ndarray]
+) -> None:
+    """Ultralytics' HSV LUTs on one RGB or RGBA (H, W, C) image, written as RGB into ``dst``
+    (an (H, W, 3) view, or a list of 3 planes).
 
     cvtColor, split, one LUT per plane where ``used``, merge, cvtColor, into this thread's
     scratch buffers (a 3-channel LUT is slower than split + 3 single-channel ones + merge).
@@ -557,7 +611,12 @@ def _hsv_into(image: np.ndarray, tables: np.ndarray, used: list[bool], dst: np.n
         if needed:
             cv2.LUT(plane, lut, dst=plane)
     cv2.merge(planes, dst=hsv)
-    cv2.cvtColor(hsv, cv2.COLOR_HSV2RGB, dst=dst)
+    if isinstance(dst, list):
+        rgb = _scratch("rgb", (height, width, 3))
+        cv2.cvtColor(hsv, cv2.COLOR_HSV2RGB, dst=rgb)
+        cv2.split(rgb, dst)
+    else:
+        cv2.cvtColor(hsv, cv2.COLOR_HSV2RGB, dst=dst)
 
 
 def hsv_opencv(images: torch.Tensor, gains: torch.Tensor) -> torch.Tensor:
@@ -565,11 +624,11 @@ def hsv_opencv(images: torch.Tensor, gains: torch.Tensor) -> torch.Tensor:
     batch, channels, height, width = images.shape
     src = _hwc(images)
     out = _empty_like_batch(batch, channels, height, width)
-    dst = out.permute(0, 2, 3, 1).numpy()
+    targets = _sample_targets(out, planar=False)
     tables, used = _hsv_tables(gains)
 
     def one(i: int) -> None:
-        _hsv_into(src[i], tables[i], used[i], dst[i])
+        _hsv_into(src[i], tables[i], used[i], targets[i])
 
     _for_each_sample(batch, one)
     return out

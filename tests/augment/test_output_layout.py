@@ -1,4 +1,5 @@
-"""Output buffers: reused ones are never handed out while anything still references them."""
+"""Output layout and buffers: ``memory_format`` changes where pixels go, never their values;
+reused output buffers are never handed out while anything still references them."""
 
 from __future__ import annotations
 
@@ -37,20 +38,87 @@ PIPELINES = {
         A.RandomFlip(p=0.5, about="canvas"),
         A.RandomHSV(),
     ],
+    # the canvas-window warp, HSV fused, rotation and shear
+    "mosaic+affine+hsv": lambda: [
+        A.Mosaic(buffer_size=6),
+        A.RandomAffine(degrees=20, shear=5, size=(40, 52)),
+        A.RandomHSV(),
+    ],
+    # no HSV: RGBA staging converted into the output
+    "letterbox+perspective": lambda: [
+        A.Letterbox(44),
+        A.RandomAffine(degrees=10, perspective=0.002, size=44),
+    ],
+    "mosaic-resize+rotation": lambda: [
+        A.Mosaic(resize=40),
+        A.RandomAffine(degrees=30, size=40),
+    ],
+    "yolo_train": lambda: list(A.presets.yolo_train(48, buffer_size=6).transforms),
+    # the warp is not the last step: MixUp, a flip and HSV follow it, then one planar copy
+    "yolo_train+mixup": lambda: list(A.presets.yolo_train(48, mixup=0.5, buffer_size=6).transforms),
+    # MixUp, then both flips and HSV in one warp again
+    "yolo_train+mixup+flipud": lambda: list(
+        A.presets.yolo_train(48, mixup=0.5, flipud=0.5, buffer_size=6).transforms
+    ),
 }
+
+
+@pytest.mark.parametrize("channels", [3, 1])
+@pytest.mark.parametrize("name", list(PIPELINES))
+def test_planar_output_equals_channels_last_output(name, channels):
+    """Two pipelines drawing the same parameters over the same batches (ring buffers included):
+    the contiguous one returns contiguous images with the same values and targets."""
+    if channels == 1 and ("hsv" in name or "yolo" in name):
+        pytest.skip("HSV needs RGB")
+    default = A.Compose(PIPELINES[name](), generator=torch.Generator().manual_seed(5))
+    planar = A.Compose(
+        PIPELINES[name](),
+        generator=torch.Generator().manual_seed(5),
+        memory_format=torch.contiguous_format,
+    )
+    for seed in range(3):
+        batch = _sized(seed, channels)
+        a, b = default(batch), planar(batch)
+        assert b.images.is_contiguous()
+        assert torch.equal(a.images, b.images), (name, seed)
+        for field in ("boxes", "classes", "mask", "sizes"):
+            assert torch.equal(getattr(a, field), getattr(b, field)), (name, seed, field)
+
+
+def test_memory_format_is_checked():
+    from detfmt.errors import UsageError
+
+    with pytest.raises(UsageError, match="memory_format"):
+        A.Compose([A.RandomHSV()], memory_format="planar")
+    out = A.Compose([A.RandomAffine(size=40)], memory_format=torch.channels_last)(_sized(0))
+    assert out.images.is_contiguous(memory_format=torch.channels_last)
+
+
+def test_planar_output_on_the_torch_backend():
+    previous = A.get_cpu_backend()
+    A.set_cpu_backend("torch")
+    try:
+        pipeline = A.Compose(PIPELINES["mosaic+affine+hsv"](),
+                             memory_format=torch.contiguous_format)
+        out = pipeline(_sized(1))
+    finally:
+        A.set_cpu_backend(previous)
+    assert out.images.is_contiguous()
 
 
 def test_held_outputs_are_never_overwritten(fresh_pool):
     """Outputs come from reused buffers: every output the caller still holds keeps its pixels
     while later batches are produced (more of them than the buffers kept per thread)."""
-    pipeline = A.Compose(PIPELINES["mosaic-resize+affine+flip+hsv"](),
-                         generator=torch.Generator().manual_seed(1))
-    held = []
-    for seed in range(_memory.REUSED_BUFFERS_PER_THREAD + 3):
-        out = pipeline(_sized(seed)).images
-        held.append((out, out.clone()))
-    for out, copy in held:
-        assert torch.equal(out, copy)
+    for memory_format in (None, torch.contiguous_format):
+        pipeline = A.Compose(PIPELINES["mosaic-resize+affine+flip+hsv"](),
+                             generator=torch.Generator().manual_seed(1),
+                             memory_format=memory_format)
+        held = []
+        for seed in range(_memory.REUSED_BUFFERS_PER_THREAD + 3):
+            out = pipeline(_sized(seed)).images
+            held.append((out, out.clone()))
+        for out, copy in held:
+            assert torch.equal(out, copy)
 
 
 HOLDERS = {
