@@ -41,52 +41,56 @@ def empty_hwc(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     return torch.empty(shape, dtype=dtype)
 
 
-# Output buffers a thread keeps for reuse (batches in flight or held by the consumer at once).
-REUSED_BUFFERS_PER_THREAD = 4
-_reused = threading.local()
+# Output buffers kept for reuse (batches in flight or held by the consumer at once, over all
+# threads).
+REUSED_BUFFERS = 8
 
 
 class _Reused:
-    """A thread's reusable buffers and, for each, its reference count while nothing holds it."""
+    """Reusable buffers and, for each, its reference count while nothing holds it."""
 
     def __init__(self) -> None:
+        self.lock = threading.Lock()
         self.arrays: list[np.ndarray] = []
         self.idle: list[int] = []
 
 
+_reused = _Reused()
+
+
 def reused_empty(shape: tuple[int, ...]) -> torch.Tensor:
-    """An uninitialised contiguous uint8 CPU tensor of ``shape``, in a buffer this thread reuses.
+    """An uninitialised contiguous uint8 CPU tensor of ``shape``, in a buffer that is reused.
 
     A batch output is written whole, handed out and dropped a batch or two later. A fresh large
     allocation per batch pays page faults on every batch (huge-page ones included), or not,
     depending on malloc's heuristics; these buffers are touched once. A buffer is reused only
     when no tensor (or array made from one) references it any more: the tensor holds the
-    numpy array, whose reference count is compared with its count when idle. When every buffer
-    is held, the tensor is a fresh `empty_hwc` one.
+    numpy array, whose reference count is compared with its count when idle. The buffers are
+    shared by all threads (a loader starts new threads every epoch). When every buffer is
+    held, the tensor is a fresh `empty_hwc` one.
     """
     need = math.prod(shape)
-    pool = getattr(_reused, "pool", None)
-    if pool is None:
-        pool = _reused.pool = _Reused()
-    replace = None
-    for k in range(len(pool.arrays)):
-        if sys.getrefcount(pool.arrays[k]) > pool.idle[k]:
-            continue  # still referenced by a tensor handed out
-        if pool.arrays[k].size == need:
-            return torch.from_numpy(pool.arrays[k]).view(shape)
-        replace = k  # free, another size: shapes changed, the old one is not needed
-    if replace is None and len(pool.arrays) >= REUSED_BUFFERS_PER_THREAD:
-        return empty_hwc(shape, torch.uint8)
-    array = aligned_empty(need)
-    if replace is None:
-        pool.arrays.append(array)
-        pool.idle.append(0)
-        replace = len(pool.arrays) - 1
-    else:
-        pool.arrays[replace] = array
-    del array
-    pool.idle[replace] = sys.getrefcount(pool.arrays[replace])
-    return torch.from_numpy(pool.arrays[replace]).view(shape)
+    pool = _reused
+    with pool.lock:  # a free buffer is handed out (referenced) before another thread looks
+        replace = None
+        for k in range(len(pool.arrays)):
+            if sys.getrefcount(pool.arrays[k]) > pool.idle[k]:
+                continue  # still referenced by a tensor handed out
+            if pool.arrays[k].size == need:
+                return torch.from_numpy(pool.arrays[k]).view(shape)
+            replace = k  # free, another size: shapes changed, the old one is not needed
+        if replace is None and len(pool.arrays) >= REUSED_BUFFERS:
+            return empty_hwc(shape, torch.uint8)
+        array = aligned_empty(need)
+        if replace is None:
+            pool.arrays.append(array)
+            pool.idle.append(0)
+            replace = len(pool.arrays) - 1
+        else:
+            pool.arrays[replace] = array
+        del array
+        pool.idle[replace] = sys.getrefcount(pool.arrays[replace])
+        return torch.from_numpy(pool.arrays[replace]).view(shape)
 
 
 def channels_last(images: torch.Tensor) -> torch.Tensor:

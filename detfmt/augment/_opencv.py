@@ -11,11 +11,12 @@ is ~2.4x faster than its 3-channel one, same values), warped, optionally recolou
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -47,14 +48,20 @@ def _for_each_sample(count: int, fn: Callable[[int], None]) -> None:
     threads = max(1, min(pool_threads(), count))
     with opencv_single_threaded(cv2):
         if threads == 1:
-            for i in range(count):
-                fn(i)
+            with _borrowed_scratch():
+                for i in range(count):
+                    fn(i)
             return
         with _pool_lock:
             pool = _pools.get(threads)
             if pool is None:
                 pool = _pools[threads] = ThreadPoolExecutor(threads, "detfmt-augment-cv")
-        for _ in pool.map(fn, range(count)):
+
+        def with_scratch(i: int) -> None:
+            with _borrowed_scratch():
+                fn(i)
+
+        for _ in pool.map(with_scratch, range(count)):
             pass
 
 
@@ -200,6 +207,24 @@ def source_windows(
 
 
 _scratch_local = threading.local()
+# Scratch sets no thread is using: a thread borrows one while it processes samples
+# (`_borrowed_scratch`), so they outlive the threads (a loader starts new ones every epoch, and
+# each new set would be first-touched again).
+_spare_scratch: list[dict[str, np.ndarray]] = []
+
+
+@contextlib.contextmanager
+def _borrowed_scratch() -> Iterator[None]:
+    with _pool_lock:
+        buffers = _spare_scratch.pop() if _spare_scratch else {}
+    previous = getattr(_scratch_local, "buffers", None)
+    _scratch_local.buffers = buffers
+    try:
+        yield
+    finally:
+        _scratch_local.buffers = previous
+        with _pool_lock:
+            _spare_scratch.append(buffers)
 
 
 def _scratch(name: str, shape: tuple[int, ...]) -> np.ndarray:

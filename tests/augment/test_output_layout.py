@@ -3,8 +3,6 @@ reused output buffers are never handed out while anything still references them.
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 import torch
 
@@ -26,8 +24,8 @@ def _sized(seed: int, channels: int = 3):
 
 @pytest.fixture
 def fresh_pool(monkeypatch):
-    """This thread's reused buffers start empty."""
-    monkeypatch.setattr(_memory, "_reused", threading.local())
+    """The reused buffers start empty."""
+    monkeypatch.setattr(_memory, "_reused", _memory._Reused())
 
 
 PIPELINES = {
@@ -114,7 +112,7 @@ def test_held_outputs_are_never_overwritten(fresh_pool):
                              generator=torch.Generator().manual_seed(1),
                              memory_format=memory_format)
         held = []
-        for seed in range(_memory.REUSED_BUFFERS_PER_THREAD + 3):
+        for seed in range(_memory.REUSED_BUFFERS + 3):
             out = pipeline(_sized(seed)).images
             held.append((out, out.clone()))
         for out, copy in held:
@@ -144,7 +142,7 @@ def test_reused_buffer_is_free_only_when_nothing_references_it(fresh_pool, holde
 
 def test_reused_buffers_are_bounded_and_resized(fresh_pool):
     shape = (3, 4, 6, 8)
-    held = [_memory.reused_empty(shape) for _ in range(_memory.REUSED_BUFFERS_PER_THREAD + 2)]
+    held = [_memory.reused_empty(shape) for _ in range(_memory.REUSED_BUFFERS + 2)]
     assert len({t.data_ptr() for t in held}) == len(held)  # none shared while all are held
     pooled = held[0].data_ptr()
     del held[0]
@@ -154,4 +152,36 @@ def test_reused_buffers_are_bounded_and_resized(fresh_pool):
     del again
     bigger = _memory.reused_empty((3, 4, 6, 9))  # a free buffer of another size is replaced
     assert bigger.shape == (3, 4, 6, 9) and bigger.is_contiguous()
-    assert len(_memory._reused.pool.arrays) == _memory.REUSED_BUFFERS_PER_THREAD
+    assert len(_memory._reused.arrays) == _memory.REUSED_BUFFERS
+
+
+def test_threads_never_share_an_output_and_outlive_their_scratch(fresh_pool):
+    """Buffers are shared by all threads: outputs made at the same time in several threads
+    (held, more of them than the buffers kept) are distinct and right; a thread started later
+    reuses the scratch arrays of threads that have ended."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from detfmt.augment import _opencv
+
+    batches = [_sized(seed) for seed in range(12)]
+
+    def pipeline():
+        return A.Compose(PIPELINES["mosaic-resize+affine+flip+hsv"](),
+                         generator=torch.Generator().manual_seed(4))
+
+    expected = [pipeline()(b).images.clone() for b in batches]
+
+    def run(b):
+        return pipeline()(b).images
+
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(run, batches))
+    assert len({t.data_ptr() for t in got}) == len(got)
+    for a, b in zip(got, expected, strict=True):
+        assert torch.equal(a, b)
+    spare = {id(array) for buffers in _opencv._spare_scratch for array in buffers.values()}
+    assert spare
+    with ThreadPoolExecutor(1) as pool:  # a new thread
+        pool.submit(run, batches[0]).result()
+        seen = pool.submit(lambda: {id(a) for b in _opencv._spare_scratch for a in b.values()})
+    assert seen.result() <= spare
