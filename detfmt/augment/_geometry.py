@@ -220,6 +220,7 @@ def apply_geometric(
     params: Sequence[Params | None] | None = None,
     source: TiledSource | None = None,
     recolor: tuple[Augmentation, Params | None] | None = None,
+    memory_format: torch.memory_format | None = None,
 ) -> Batch:
     """Apply consecutive geometric steps with one resample; stores each step's params.
 
@@ -231,9 +232,14 @@ def apply_geometric(
     that follows the warp, with its parameters or None to draw them (after the geometric
     steps', as when it runs on its own); on the OpenCV backend it recolours each sample as it
     is warped (no intermediate batch), elsewhere it is applied to the warped batch.
+    ``memory_format``: the layout of the images returned (None: the warp's own; the OpenCV
+    backend writes either layout directly).
     """
     with _backend.small_ops(batch.images):
-        return _apply_geometric(batch, steps, params, source, recolor)
+        out = _apply_geometric(batch, steps, params, source, recolor, memory_format)
+    if memory_format is not None and not out.images.is_contiguous(memory_format=memory_format):
+        out = out.replace(images=out.images.contiguous(memory_format=memory_format))
+    return out
 
 
 def _identity_on_cpu(images: torch.Tensor, matrix: torch.Tensor) -> bool:
@@ -278,6 +284,7 @@ def _apply_geometric(
     params: Sequence[Params | None] | None,
     source: TiledSource | None,
     recolor: tuple[Augmentation, Params | None] | None,
+    memory_format: torch.memory_format | None,
 ) -> Batch:
     total, used, rules = plan_steps(batch, steps, params)
     for step, step_params in zip(steps, used, strict=True):
@@ -298,6 +305,7 @@ def _apply_geometric(
         from detfmt.augment._opencv import warp_images_opencv as warp  # cv2 and numpy on demand
 
         options["source"] = source
+        options["planar"] = memory_format == torch.contiguous_format
         if hsv_params is not None and batch.images.shape[1] == 3:
             options["hsv"] = hsv_params["gains"]
     images = warp(

@@ -11,18 +11,19 @@ is ~2.4x faster than its 3-channel one, same values), warped, optionally recolou
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 import torch
 
-from detfmt.augment._memory import channels_last, empty_hwc
+from detfmt.augment._memory import channels_last, reused_empty
 
 _pool_lock = threading.Lock()
 _pools: dict[int, ThreadPoolExecutor] = {}
@@ -47,14 +48,20 @@ def _for_each_sample(count: int, fn: Callable[[int], None]) -> None:
     threads = max(1, min(pool_threads(), count))
     with opencv_single_threaded(cv2):
         if threads == 1:
-            for i in range(count):
-                fn(i)
+            with _borrowed_scratch():
+                for i in range(count):
+                    fn(i)
             return
         with _pool_lock:
             pool = _pools.get(threads)
             if pool is None:
                 pool = _pools[threads] = ThreadPoolExecutor(threads, "detfmt-augment-cv")
-        for _ in pool.map(fn, range(count)):
+
+        def with_scratch(i: int) -> None:
+            with _borrowed_scratch():
+                fn(i)
+
+        for _ in pool.map(with_scratch, range(count)):
             pass
 
 
@@ -63,9 +70,22 @@ def _hwc(images: torch.Tensor) -> np.ndarray:
     return channels_last(images).permute(0, 2, 3, 1).numpy()
 
 
-def _empty_like_batch(batch: int, channels: int, height: int, width: int) -> torch.Tensor:
-    """A fresh channels_last uint8 (B, C, H, W) output (huge-page backed when large)."""
-    return empty_hwc((batch, height, width, channels), torch.uint8).permute(0, 3, 1, 2)
+def _empty_like_batch(
+    batch: int, channels: int, height: int, width: int, planar: bool = False
+) -> torch.Tensor:
+    """An uninitialised uint8 (B, C, H, W) output, channels_last or (``planar``) contiguous,
+    in a buffer this thread reuses once the consumer has dropped it (`reused_empty`)."""
+    if planar:
+        return reused_empty((batch, channels, height, width))
+    return reused_empty((batch, height, width, channels)).permute(0, 3, 1, 2)
+
+
+def _sample_targets(out: torch.Tensor, planar: bool) -> list[Any]:
+    """Per sample, where its pixels go: an (H, W, C) view of a channels_last ``out``, or (with
+    ``planar``) the list of its C (H, W) planes."""
+    if planar:
+        return [list(sample) for sample in out.numpy()]
+    return list(out.permute(0, 2, 3, 1).numpy())
 
 
 def _plane(array: np.ndarray) -> np.ndarray:
@@ -187,6 +207,24 @@ def source_windows(
 
 
 _scratch_local = threading.local()
+# Scratch sets no thread is using: a thread borrows one while it processes samples
+# (`_borrowed_scratch`), so they outlive the threads (a loader starts new ones every epoch, and
+# each new set would be first-touched again).
+_spare_scratch: list[dict[str, np.ndarray]] = []
+
+
+@contextlib.contextmanager
+def _borrowed_scratch() -> Iterator[None]:
+    with _pool_lock:
+        buffers = _spare_scratch.pop() if _spare_scratch else {}
+    previous = getattr(_scratch_local, "buffers", None)
+    _scratch_local.buffers = buffers
+    try:
+        yield
+    finally:
+        _scratch_local.buffers = previous
+        with _pool_lock:
+            _spare_scratch.append(buffers)
 
 
 def _scratch(name: str, shape: tuple[int, ...]) -> np.ndarray:
@@ -282,30 +320,38 @@ def _translations(xy: np.ndarray) -> np.ndarray:
 
 
 def _plan_tiles(
-    tiles: list[Tile],
+    tiles: list[list[Tile]],
     forward: np.ndarray,
-    window: tuple[int, int, int, int],
+    windows: list[list[int]],
     out_size: tuple[int, int],
-) -> list[_TileWarp]:
-    """The warps of one canvas's scaled tiles, all tiles' numbers at once (numpy, float64).
+) -> list[list[_TileWarp]]:
+    """The warps of each canvas's scaled tiles, the numbers of all tiles at once (numpy, float64).
 
-    ``forward`` (3, 3) maps canvas -> output; ``window`` is the part of the canvas the output
-    can read (`source_windows`). A tile's ROI is the output pixels whose centres its rectangle
-    holds (for an axis-aligned map exactly those, else their bounding box; the whole output
-    when the rectangle crosses the horizon); its crop, the array's pixels under the rectangle
-    and the window (where the window cuts the rectangle, no output pixel reads past the cut).
-    Tiles whose ROI or crop is empty are left out.
+    ``tiles[b]`` are canvas b's tiles (an empty list: nothing to plan); ``forward[b]`` (3, 3)
+    maps canvas b -> output; ``windows[b]`` is the part of it the output can read
+    (`source_windows`). A tile's ROI is the output pixels whose centres its rectangle holds
+    (for an axis-aligned map exactly those, else their bounding box; the whole output when the
+    rectangle crosses the horizon); its crop, the array's pixels under the rectangle and the
+    window (where the window cuts the rectangle, no output pixel reads past the cut). Tiles
+    whose ROI or crop is empty are left out. One pass for the whole batch: per sample, the
+    fixed cost of a few dozen small numpy calls was most of the work.
     """
-    if not tiles:
-        return []
+    owner = [b for b, mine in enumerate(tiles) for _ in mine]
+    flat = [t for mine in tiles for t in mine]
+    plans: list[list[_TileWarp]] = [[] for _ in tiles]
+    if not flat:
+        return plans
     out_h, out_w = out_size
-    rects = np.array([(t.x0, t.y0, t.x1, t.y1) for t in tiles], dtype=np.float64)
-    place = np.array([(t.left, t.top, t.scale_x, t.scale_y) for t in tiles], dtype=np.float64)
-    shapes = np.array([t.array.shape[:2] for t in tiles], dtype=np.float64)
+    count = len(flat)
+    rects = np.array([(t.x0, t.y0, t.x1, t.y1) for t in flat], dtype=np.float64)
+    place = np.array([(t.left, t.top, t.scale_x, t.scale_y) for t in flat], dtype=np.float64)
+    shapes = np.array([t.array.shape[:2] for t in flat], dtype=np.float64)
+    forward = np.asarray(forward, dtype=np.float64)[owner]  # (N, 3, 3)
+    window = np.array(windows, dtype=np.float64)[owner]  # (N, 4)
     corners = np.stack(
         [rects[:, [0, 1]], rects[:, [2, 1]], rects[:, [0, 3]], rects[:, [2, 3]]], axis=1
     )
-    mapped = np.concatenate([corners, np.ones((len(tiles), 4, 1))], axis=-1) @ forward.T
+    mapped = np.concatenate([corners, np.ones((count, 4, 1))], axis=-1) @ forward.transpose(0, 2, 1)
     w = mapped[..., 2]
     finite = (w > 1e-12).all(axis=1)
     xy = mapped[..., :2] / np.where(finite[:, None], w, 1.0)[..., None]
@@ -315,23 +361,24 @@ def _plan_tiles(
     size = np.array([out_w, out_h], dtype=np.float64)
     low = np.where(finite[:, None], np.clip(low, 0, size), 0)
     high = np.where(finite[:, None], np.clip(high, 0, size), size)
-    lo_xy = np.maximum(rects[:, :2], window[:2])
-    hi_xy = np.minimum(rects[:, 2:], window[2:])
+    lo_xy = np.maximum(rects[:, :2], window[:, :2])
+    hi_xy = np.minimum(rects[:, 2:], window[:, 2:])
     crop_lo = np.maximum(np.floor((lo_xy - place[:, :2]) / place[:, 2:]), 0)
     crop_hi = np.minimum(np.ceil((hi_xy - place[:, :2]) / place[:, 2:]), shapes[:, ::-1])
     # Staged pixel p is array pixel p + crop_lo - 1; output pixel q is roi pixel q + low.
-    to_canvas = np.tile(np.eye(3), (len(tiles), 1, 1))
+    to_canvas = np.tile(np.eye(3), (count, 1, 1))
     to_canvas[:, 0, 0], to_canvas[:, 1, 1] = place[:, 2], place[:, 3]
     to_canvas[:, :2, 2] = place[:, :2]
     to_roi = _translations(-low) @ forward
     inverse = opencv_inverse(to_roi @ to_canvas @ _translations(crop_lo - 1))
     rect_inverse = opencv_inverse(to_roi @ _translations(rects[:, :2]))
-    plans = []
     keep = (high > low).all(axis=1) & (crop_hi > crop_lo).all(axis=1)
+    rois = np.concatenate([low, high], axis=1).astype(np.int64).tolist()
+    crops = np.concatenate([crop_lo, crop_hi], axis=1).astype(np.int64).tolist()
     for i in np.flatnonzero(keep).tolist():
-        roi = (int(low[i, 0]), int(low[i, 1]), int(high[i, 0]), int(high[i, 1]))
-        crop = (int(crop_lo[i, 0]), int(crop_lo[i, 1]), int(crop_hi[i, 0]), int(crop_hi[i, 1]))
-        plans.append(_TileWarp(tiles[i], roi, crop, inverse[i], rect_inverse[i]))
+        plans[owner[i]].append(
+            _TileWarp(flat[i], tuple(rois[i]), tuple(crops[i]), inverse[i], rect_inverse[i])
+        )
     return plans
 
 
@@ -412,6 +459,7 @@ def warp_images_opencv(
     affine_only: bool = False,
     source: TiledSource | None = None,
     hsv: torch.Tensor | None = None,
+    planar: bool = False,
 ) -> torch.Tensor:
     """`_warp.warp_images` for uint8 CPU images with ``cv2.warpAffine`` / ``warpPerspective``.
 
@@ -420,15 +468,17 @@ def warp_images_opencv(
     constant border, as in the torch path. ``source`` replaces ``images`` with a `TiledSource`
     (a `Mosaic` canvas that is never built). ``hsv`` (B, 3) gains: apply `RandomHSV` to the
     warped pixels before they are written (RGB images only; what `hsv_opencv` of the result
-    gives, without the intermediate batch). Returns channels_last uint8 images.
+    gives, without the intermediate batch). Returns channels_last uint8 images, or contiguous
+    (B, C, H, W) ones with ``planar`` (each sample's planes written as it is finished, not by a
+    later copy of the whole batch).
     """
     cv2 = _cv2()
     if source is None:
         source = image_source(images, sizes)
     batch, channels = len(source.tiles), source.channels
     out_h, out_w = out_size
-    out = _empty_like_batch(batch, channels, out_h, out_w)
-    dst = out.permute(0, 2, 3, 1).numpy()
+    out = _empty_like_batch(batch, channels, out_h, out_w, planar)
+    targets = _sample_targets(out, planar)
     inverse = opencv_matrices(matrix)
     if source.crop:
         windows = source_windows(inverse, out_size, source.sizes).tolist()
@@ -444,17 +494,33 @@ def warp_images_opencv(
     tables, used = _hsv_tables(hsv) if hsv is not None else (None, None)
     forward = matrix.detach().to("cpu", torch.float64).numpy()
     tiled = [any(tile.scaled for tile in tiles) for tiles in source.tiles]
-    plans = [
-        _plan_tiles(tiles, forward[i], tuple(windows[i]), out_size) if tiled[i] else []
-        for i, tiles in enumerate(source.tiles)
-    ]
+    plans = _plan_tiles(
+        [tiles if tiled[i] else [] for i, tiles in enumerate(source.tiles)],
+        forward,
+        windows,
+        out_size,
+    )
     axis_aligned = [m[0, 1] == 0 and m[1, 0] == 0 and not perspective for m in forward]
+    # Warped straight into the output when nothing follows and the layouts agree, else into
+    # this thread's scratch (RGBA, or a planar output) and then recoloured/converted into it.
+    direct = tables is None and staged == channels and (not planar or channels == 1)
+
+    def warp_target(i: int) -> np.ndarray:
+        if direct:
+            target = targets[i]
+            return target[0][..., None] if planar else target
+        return _scratch("warped", (out_h, out_w, staged))
+
+    def finish(i: int, warped: np.ndarray) -> None:
+        if tables is not None:
+            _hsv_into(warped, tables[i], used[i], targets[i])
+        elif not direct:
+            _convert_into(warped, targets[i])
 
     def one(i: int) -> None:
         x0, y0, x1, y1 = windows[i]
-        target = dst[i]
+        warped = warp_target(i)
         if tiled[i]:
-            warped = _scratch("warped", (out_h, out_w, 4)) if staged == 4 else target
             _warp_tiles(
                 plans[i],
                 warped,
@@ -464,22 +530,17 @@ def warp_images_opencv(
                 axis_aligned=axis_aligned[i],
                 flags=flags,
             )
-            if tables is not None:
-                _hsv_into(warped, tables[i], used[i], target)
-            elif staged == 4:
-                cv2.cvtColor(warped, cv2.COLOR_RGBA2RGB, dst=target)
+            finish(i, warped)
             return
         if x1 <= x0 or y1 <= y0:  # the output sees none of the canvas
-            target.fill(round(fill))
-            if tables is not None:
-                _hsv_into(target, tables[i], used[i], target)
+            warped.fill(round(fill))
+            finish(i, warped)
             return
         image = _read_window(source, i, (x0, y0, x1, y1), staged)
         # Window coordinates: the inverse map followed by a shift of (-x0, -y0).
         m = inverse[i].copy()
         m[0] -= x0 * m[2]
         m[1] -= y0 * m[2]
-        warped = _scratch("warped", (out_h, out_w, 4)) if staged == 4 else _plane(target)
         warp = cv2.warpPerspective if perspective else cv2.warpAffine
         if not perspective:
             m = m[:2]
@@ -487,15 +548,42 @@ def warp_images_opencv(
             _plane(image),
             m,
             (out_w, out_h),
-            dst=warped,
+            dst=_plane(warped),
             flags=flags,
             borderMode=cv2.BORDER_CONSTANT,
             borderValue=border,
         )
-        if tables is not None:
-            _hsv_into(warped, tables[i], used[i], target)
-        elif staged == 4:
-            cv2.cvtColor(warped, cv2.COLOR_RGBA2RGB, dst=target)
+        finish(i, warped)
+
+    _for_each_sample(batch, one)
+    return out
+
+
+def _convert_into(image: np.ndarray, dst: np.ndarray | list[np.ndarray]) -> None:
+    """A staged (H, W, S) image into an (H, W, C) view or a list of C planes (C <= S: RGBA
+    staging of RGB drops the alpha)."""
+    cv2 = _cv2()
+    if isinstance(dst, list):
+        if len(dst) == image.shape[-1]:
+            cv2.split(image, dst)
+        else:
+            cv2.mixChannels([image], dst, [v for c in range(len(dst)) for v in (c, c)])
+    elif dst.shape[-1] == 3 and image.shape[-1] == 4:
+        cv2.cvtColor(image, cv2.COLOR_RGBA2RGB, dst=dst)
+    else:
+        np.copyto(dst, image)
+
+
+def planar_copy(images: torch.Tensor) -> torch.Tensor:
+    """A contiguous copy of channels_last uint8 (B, C, H, W) images, one ``cv2.split`` per
+    sample (a de-interleave, where torch's copy of a permuted view is a strided gather)."""
+    batch, channels, height, width = images.shape
+    out = _empty_like_batch(batch, channels, height, width, planar=True)
+    targets = _sample_targets(out, planar=True)
+    src = images.permute(0, 2, 3, 1).numpy()
+
+    def one(i: int) -> None:
+        _convert_into(src[i], targets[i])
 
     _for_each_sample(batch, one)
     return out
@@ -529,8 +617,11 @@ def _hsv_tables(gains: torch.Tensor) -> tuple[np.ndarray, list[list[bool]]]:
     return tables, used.tolist()
 
 
-def _hsv_into(image: np.ndarray, tables: np.ndarray, used: list[bool], dst: np.ndarray) -> None:
-    """Ultralytics' HSV LUTs on one RGB or RGBA (H, W, C) image, written as RGB into ``dst``.
+def _hsv_into(
+    image: np.ndarray, tables: np.ndarray, used: list[bool], dst: np.ndarray | list[np.ndarray]
+) -> None:
+    """Ultralytics' HSV LUTs on one RGB or RGBA (H, W, C) image, written as RGB into ``dst``
+    (an (H, W, 3) view, or a list of 3 planes).
 
     cvtColor, split, one LUT per plane where ``used``, merge, cvtColor, into this thread's
     scratch buffers (a 3-channel LUT is slower than split + 3 single-channel ones + merge).
@@ -545,7 +636,12 @@ def _hsv_into(image: np.ndarray, tables: np.ndarray, used: list[bool], dst: np.n
         if needed:
             cv2.LUT(plane, lut, dst=plane)
     cv2.merge(planes, dst=hsv)
-    cv2.cvtColor(hsv, cv2.COLOR_HSV2RGB, dst=dst)
+    if isinstance(dst, list):
+        rgb = _scratch("rgb", (height, width, 3))
+        cv2.cvtColor(hsv, cv2.COLOR_HSV2RGB, dst=rgb)
+        cv2.split(rgb, dst)
+    else:
+        cv2.cvtColor(hsv, cv2.COLOR_HSV2RGB, dst=dst)
 
 
 def hsv_opencv(images: torch.Tensor, gains: torch.Tensor) -> torch.Tensor:
@@ -553,11 +649,11 @@ def hsv_opencv(images: torch.Tensor, gains: torch.Tensor) -> torch.Tensor:
     batch, channels, height, width = images.shape
     src = _hwc(images)
     out = _empty_like_batch(batch, channels, height, width)
-    dst = out.permute(0, 2, 3, 1).numpy()
+    targets = _sample_targets(out, planar=False)
     tables, used = _hsv_tables(gains)
 
     def one(i: int) -> None:
-        _hsv_into(src[i], tables[i], used[i], dst[i])
+        _hsv_into(src[i], tables[i], used[i], targets[i])
 
     _for_each_sample(batch, one)
     return out

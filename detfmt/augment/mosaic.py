@@ -490,6 +490,10 @@ class Mosaic(Augmentation):
         stored = _content_sizes(batch).tolist()
         buffer_sizes = self.buffer.sizes if self.buffer is not None else None
         held = buffer_sizes.tolist() if scales is not None and buffer_sizes is not None else []
+        # One numpy view of the whole buffer, indexed per tile (a torch index, permute and
+        # numpy() per tile cost more than the rest of the loop).
+        buffer_images = self.buffer.images if self.buffer is not None else None
+        held_hwc = buffer_images.permute(0, 2, 3, 1).numpy() if buffer_images is not None else None
         rects: list[list[Tile]] = []
         for b in range(bsz):
             xc, yc = centres[b]
@@ -509,7 +513,8 @@ class Mosaic(Augmentation):
                 if index < bsz:
                     array = hwc[index]
                 else:
-                    array = self.buffer.images[index - bsz].permute(1, 2, 0).numpy()
+                    assert held_hwc is not None
+                    array = held_hwc[index - bsz]
                 if scales is None:
                     mine.append(Tile(array, x0, y0, x1, y1, left, top))
                     continue

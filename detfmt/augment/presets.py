@@ -42,6 +42,7 @@ def yolo_train(
     hsv_v: float = 0.4,
     buffer_size: int = 256,
     generator: torch.Generator | None = None,
+    memory_format: torch.memory_format | None = None,
 ) -> Compose:
     """Ultralytics' default detection training augmentation (hyperparameter names as theirs).
 
@@ -51,6 +52,7 @@ def yolo_train(
         buffer_size: recent samples the mosaic partners come from, besides the batch
             (Ultralytics: ``min(n, 8 * batch, 1000)``).
         generator: one seed for the whole pipeline.
+        memory_format: layout of the output images (`Compose`); None keeps the backend's.
     """
     if imgsz < 1:
         raise UsageError(f"imgsz must be >= 1, got {imgsz!r}")
@@ -80,7 +82,7 @@ def yolo_train(
         steps.append(RandomFlip(p=fliplr, about="canvas"))
     if hsv_h or hsv_s or hsv_v:
         steps.append(RandomHSV(h=hsv_h, s=hsv_s, v=hsv_v))
-    return Compose(steps, generator=generator)
+    return Compose(steps, generator=generator, memory_format=memory_format)
 
 
 def yolo_val(imgsz: int = 640) -> Letterbox:
@@ -93,4 +95,4 @@ def yolo_hyp_defaults() -> dict[str, float]:
     `yolo_train` takes them: its keyword defaults, so the two never disagree."""
     return {name: param.default for name, param in inspect.signature(yolo_train).parameters.items()
             if param.kind is inspect.Parameter.KEYWORD_ONLY
-            and name not in ("buffer_size", "generator")}
+            and name not in ("buffer_size", "generator", "memory_format")}

@@ -321,6 +321,9 @@ class DetfmtYoloLoader:
                 hsv_v=float(hyp.hsv_v),
                 buffer_size=min(len(self.dataset), 8 * self.batch_size),
                 generator=torch.Generator(),  # one generator, re-seeded by the loader per batch
+                # Ultralytics' collate gives contiguous NCHW: written so by the warp, `_nchw`
+                # then has nothing to copy.
+                memory_format=torch.contiguous_format,
             )
         else:
             transform = yolo_val(self.imgsz)
@@ -374,8 +377,9 @@ class DetfmtYoloLoader:
 def _nchw(images: torch.Tensor) -> torch.Tensor:
     """A contiguous (B, 3, H, W) batch, as Ultralytics' collate makes it.
 
-    The augmented batch is channels_last; on the CPU ``cv2.split`` de-interleaves each image
-    about 4x faster than torch's strided ``contiguous()`` (Ultralytics installs OpenCV).
+    The training preset already writes contiguous images (returned as they are); a
+    channels_last batch is de-interleaved on the CPU by ``cv2.split``, about 4x faster than
+    torch's strided ``contiguous()`` (Ultralytics installs OpenCV).
     """
     if (
         images.is_contiguous()

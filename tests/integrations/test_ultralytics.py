@@ -48,6 +48,8 @@ def test_batches_are_ultralytics_format_and_the_augmented_boxes(chess_train):
                 "ratio_pad",
             }
             assert out["img"].dtype == torch.uint8 and out["img"].shape[-2:] == (96, 96)
+            assert out["img"].is_contiguous()  # Ultralytics' collate: contiguous NCHW
+            assert torch.equal(out["img"], batch.images)
             size = torch.tensor([96.0, 96.0] * 2)
             cx, cy, w, h = (out["bboxes"] * size).unbind(-1)
             xyxy = torch.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], -1)
