@@ -251,7 +251,7 @@ class Loader:
         height, width = self.canvas or (0, 0)  # buffers grow to what the batches need
         self.ring = BufferRing(batch_size * height * width * 3, pin=self.pin_memory)
         self._pool: cf.ThreadPoolExecutor | None = None  # the gather threads (`_threads`)
-        self._pool_key: tuple[int, int, int] | None = None
+        self._pool_key: tuple[int, int] | None = None
         self.transform_threads = int(transform_threads if transform_threads is not None
                                      else min(8, os.cpu_count() or 1))
         self.transform_reseed = bool(transform_reseed)
@@ -344,13 +344,11 @@ class Loader:
 
     def _threads(self) -> cf.ThreadPoolExecutor:
         """The gather threads, kept from epoch to epoch (what a transform keeps per thread, and
-        what the threads first touch, is paid once); new ones if the thread counts changed, or
-        in a forked child (which has none of its parent's threads)."""
-        key = (self.num_threads, self.transform_threads, os.getpid())
+        what the threads first touch, is paid once); new ones if the thread counts changed."""
+        key = (self.num_threads, self.transform_threads)
         pool = self._pool
         if pool is None or self._pool_key != key:
-            if pool is not None and self._pool_key is not None \
-                    and self._pool_key[2] == key[2]:
+            if pool is not None:
                 pool.shutdown(wait=True)
             pool = cf.ThreadPoolExecutor(self.num_threads, thread_name_prefix="detfmt-loader",
                                          initializer=configure_thread,

@@ -508,26 +508,3 @@ def test_gather_threads_serve_every_epoch_until_closed(make_ds):
     assert len(set(seen)) == 1 and not set(seen) & before
     loader.close()
     assert not any(thread.is_alive() for thread in before | set(seen))
-
-
-@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs fork")
-def test_a_forked_child_iterates_with_its_own_threads(make_ds):
-    """A child forked after an epoch has none of the parent's threads: it must not wait on
-    them."""
-    import multiprocessing
-
-    ds = make_ds(varied_shapes(12))
-    loader = Loader(ds, 4, num_threads=2)
-    first = [b.indices.tolist() for b in loader]
-    queue = multiprocessing.get_context("fork").Queue()
-
-    def child():
-        queue.put([b.indices.tolist() for b in loader])
-
-    process = multiprocessing.get_context("fork").Process(target=child)
-    process.start()
-    got = queue.get(timeout=60)
-    process.join(timeout=60)
-    assert process.exitcode == 0
-    assert sorted(sum(got, [])) == sorted(sum(first, [])) == list(range(12))
-    loader.close()
