@@ -250,8 +250,6 @@ class Loader:
             self._gpu = GpuJpegDecoder(self.device)
         height, width = self.canvas or (0, 0)  # buffers grow to what the batches need
         self.ring = BufferRing(batch_size * height * width * 3, pin=self.pin_memory)
-        self._pool: cf.ThreadPoolExecutor | None = None  # the gather threads (`_threads`)
-        self._pool_key: tuple[int, int] | None = None
         self.transform_threads = int(transform_threads if transform_threads is not None
                                      else min(8, os.cpu_count() or 1))
         self.transform_reseed = bool(transform_reseed)
@@ -342,24 +340,11 @@ class Loader:
         batches = self.schedule.begin_epoch()
         return self._run(batches)
 
-    def _threads(self) -> cf.ThreadPoolExecutor:
-        """The gather threads, kept from epoch to epoch (what a transform keeps per thread, and
-        what the threads first touch, is paid once); new ones if the thread counts changed."""
-        key = (self.num_threads, self.transform_threads)
-        pool = self._pool
-        if pool is None or self._pool_key != key:
-            if pool is not None:
-                pool.shutdown(wait=True)
-            pool = cf.ThreadPoolExecutor(self.num_threads, thread_name_prefix="detfmt-loader",
-                                         initializer=configure_thread,
-                                         initargs=(self.transform_threads,))
-            self._pool, self._pool_key = pool, key
-        return pool
-
     def _run(self, batches: list[np.ndarray]) -> Iterator[Any]:
         follower = self.ds.follow(batches, self.prefetch_shards)
-        pool = self._threads()
-        jobs: list[cf.Future] = []  # this epoch's work on the shared threads
+        pool = cf.ThreadPoolExecutor(self.num_threads, thread_name_prefix="detfmt-loader",
+                                     initializer=configure_thread,
+                                     initargs=(self.transform_threads,))
         pending: deque[cf.Future] = deque()
         stop = threading.Event()
         staged = self._transform is not None or self.convert is not None
@@ -372,11 +357,10 @@ class Loader:
                     follower.step(position, submitted)
                     if stage is not None:
                         pending.append(stage.expect(submitted))
-                        jobs.append(pool.submit(self._staged_job, batches[submitted],
-                                                submitted, epoch, stage, stop))
+                        pool.submit(self._staged_job, batches[submitted], submitted, epoch,
+                                    stage, stop)
                     else:
-                        jobs.append(pool.submit(self._job, batches[submitted], stop))
-                        pending.append(jobs[-1])
+                        pending.append(pool.submit(self._job, batches[submitted], stop))
                     submitted += 1
                 out, slot = pending.popleft().result()  # a failed job released its slot
                 if slot is not None:
@@ -390,9 +374,9 @@ class Loader:
                 yield out
         finally:
             stop.set()
-            for future in (*pending, *jobs):
+            for future in pending:
                 future.cancel()
-            cf.wait(jobs)  # nothing of this epoch still runs; the threads stay for the next
+            pool.shutdown(wait=True, cancel_futures=True)
             if stage is not None:
                 stage.abandon()  # gathered, never transformed: their buffers are free again
             else:
@@ -544,11 +528,7 @@ class Loader:
         return moved
 
     def close(self) -> None:
-        """Stop the threads and drop the buffers (the dataset stays open: close it yourself, or
-        let it go)."""
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
+        """Drop the buffers (the dataset stays open: close it yourself, or let it go)."""
         self.ring.slots.clear()
 
     def __repr__(self) -> str:

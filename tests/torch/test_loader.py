@@ -483,28 +483,3 @@ def test_indices_read_a_subset_in_place(make_any):
         Loader(ds, 3, indices=[0, 30])
     with pytest.raises(detfmt.UsageError):
         Loader(ds, 3, indices=subset, order="quasi_random")
-
-
-def test_gather_threads_serve_every_epoch_until_closed(make_ds):
-    """What a transform keeps per thread survives the epoch; new thread counts get new threads;
-    `close` stops them."""
-    import threading
-
-    ds = make_ds(varied_shapes(12))
-    seen: list[threading.Thread] = []
-
-    def transform(batch):
-        seen.append(threading.current_thread())
-        return batch
-
-    loader = Loader(ds, 4, num_threads=2, transform=transform)
-    for _ in range(4):  # new threads each epoch would be at least 4 thread objects
-        assert [len(b) for b in loader] == [4, 4, 4]
-    before = set(seen)
-    assert 1 <= len(before) <= 2
-    loader.num_threads = 1
-    seen.clear()
-    list(loader)
-    assert len(set(seen)) == 1 and not set(seen) & before
-    loader.close()
-    assert not any(thread.is_alive() for thread in before | set(seen))
