@@ -14,7 +14,7 @@ from detfmt.augment import presets
 from detfmt.augment._backend import get_cpu_backend, set_cpu_backend
 from detfmt.augment._kernels import use_compiled_kernels
 from detfmt.augment.color import ColorJitter, Normalize, RandomHSV, ToFloat
-from detfmt.augment.compose import Compose
+from detfmt.augment.compose import Compose, to_memory_format
 from detfmt.augment.geometric import (
     Letterbox,
     MultiScaleResize,
@@ -68,6 +68,7 @@ __all__ = [
     "render_batch",
     "set_cpu_backend",
     "to_detr",
+    "to_memory_format",
     "to_ultralytics",
     "use_compiled_kernels",
 ]

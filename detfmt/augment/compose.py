@@ -152,13 +152,14 @@ class Compose(Augmentation):
             used[group[0]] = getattr(first, "last_params", None) or {}
         self.last_params = used
         if self.memory_format is not None:
-            batch = batch.replace(images=_in_memory_format(batch.images, self.memory_format))
+            batch = batch.replace(images=to_memory_format(batch.images, self.memory_format))
         return batch
 
 
-def _in_memory_format(images: torch.Tensor, memory_format: torch.memory_format) -> torch.Tensor:
-    """``images`` in ``memory_format`` (itself when already): uint8 CPU channels_last to planar
-    by OpenCV's per-sample split, several times faster than torch's strided copy."""
+def to_memory_format(images: torch.Tensor, memory_format: torch.memory_format) -> torch.Tensor:
+    """``images`` (B, C, H, W) in ``memory_format`` (themselves when already so): uint8 CPU
+    channels_last to planar by OpenCV's per-sample split where the OpenCV backend is in use,
+    several times faster than torch's strided copy."""
     if images.is_contiguous(memory_format=memory_format):
         return images
     if (
