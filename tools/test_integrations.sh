@@ -14,7 +14,7 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
 fi
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check \
-  -e '.[test,integrations-test]' torch==2.14.1 torchvision==0.29.1
+  -e '.[test,fast,integrations-test]' torch==2.14.1 torchvision==0.29.1
 # One pytest process per file: TensorFlow and triton (which torch pulls in) crash the
 # interpreter when both load in one process in some orders (a segfault in triton's import).
 status=0

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from detfmt.augment._memory import channels_last, reused_empty
+from detfmt.augment._native import lut_parameters, recolour
 
 _pool_lock = threading.Lock()
 _pools: dict[int, ThreadPoolExecutor] = {}
@@ -491,7 +492,7 @@ def warp_images_opencv(
     staged = 4 if channels == 3 else channels
     if hsv is not None and channels != 3:
         raise ValueError("hsv needs RGB images")
-    tables, used = _hsv_tables(hsv) if hsv is not None else (None, None)
+    native, tables, used = _hsv_tables(hsv) if hsv is not None else (None, None, None)
     forward = matrix.detach().to("cpu", torch.float64).numpy()
     tiled = [any(tile.scaled for tile in tiles) for tiles in source.tiles]
     plans = _plan_tiles(
@@ -513,7 +514,7 @@ def warp_images_opencv(
 
     def finish(i: int, warped: np.ndarray) -> None:
         if tables is not None:
-            _hsv_into(warped, tables[i], used[i], targets[i])
+            _hsv_into(warped, native[i], tables[i], used[i], targets[i])
         elif not direct:
             _convert_into(warped, targets[i])
 
@@ -604,28 +605,38 @@ def hsv_luts(gains: np.ndarray) -> np.ndarray:
     return tables
 
 
-def _hsv_tables(gains: torch.Tensor) -> tuple[np.ndarray, list[list[bool]]]:
-    """LUTs (B, 3, 256) and, per sample and plane, whether the LUT must run at all.
+def _hsv_tables(gains: torch.Tensor) -> tuple[np.ndarray, np.ndarray, list[list[bool]]]:
+    """The native kernel's `lut_parameters` (B, 3), the LUTs (B, 3, 256) and, per sample and
+    plane, whether the LUT must run at all.
 
     A table that is the identity on the levels that occur (hue < 180 in OpenCV's 8-bit HSV;
     the hue table is when floor(r_h 180) = 0) is skipped.
     """
-    tables = hsv_luts(gains.detach().to("cpu", torch.float64).numpy())
+    values = gains.detach().to("cpu", torch.float64).numpy()
+    tables = hsv_luts(values)
     identity = np.arange(256, dtype=np.uint8)
     used = ~(tables[:, :, :180] == identity[:180]).all(axis=-1)
     used[:, 1:] |= ~(tables[:, 1:, 180:] == identity[180:]).all(axis=-1)
-    return tables, used.tolist()
+    return lut_parameters(values, tables), tables, used.tolist()
 
 
 def _hsv_into(
-    image: np.ndarray, tables: np.ndarray, used: list[bool], dst: np.ndarray | list[np.ndarray]
+    image: np.ndarray,
+    parameters: np.ndarray,
+    tables: np.ndarray,
+    used: list[bool],
+    dst: np.ndarray | list[np.ndarray],
 ) -> None:
     """Ultralytics' HSV LUTs on one RGB or RGBA (H, W, C) image, written as RGB into ``dst``
     (an (H, W, 3) view, or a list of 3 planes).
 
-    cvtColor, split, one LUT per plane where ``used``, merge, cvtColor, into this thread's
-    scratch buffers (a 3-channel LUT is slower than split + 3 single-channel ones + merge).
+    The native kernel where numba is installed (`_native.recolour`: the same bytes in one
+    pass); else cvtColor, split, one LUT per plane where ``used``, merge, cvtColor, into this
+    thread's scratch buffers (a 3-channel LUT is slower than split + 3 single-channel ones +
+    merge).
     """
+    if recolour(image, parameters, dst):
+        return
     cv2 = _cv2()
     height, width = image.shape[:2]
     hsv = _scratch("hsv", (height, width, 3))
@@ -650,10 +661,10 @@ def hsv_opencv(images: torch.Tensor, gains: torch.Tensor) -> torch.Tensor:
     src = _hwc(images)
     out = _empty_like_batch(batch, channels, height, width)
     targets = _sample_targets(out, planar=False)
-    tables, used = _hsv_tables(gains)
+    native, tables, used = _hsv_tables(gains)
 
     def one(i: int) -> None:
-        _hsv_into(src[i], tables[i], used[i], targets[i])
+        _hsv_into(src[i], native[i], tables[i], used[i], targets[i])
 
     _for_each_sample(batch, one)
     return out

@@ -372,7 +372,7 @@ def test_hsv_tables_are_ultralytics_luts():
         [0.015, 0.9, 0.9], dtype=torch.float64
     )
     gains[0] = torch.tensor([0.001, 0.0, 0.0], dtype=torch.float64)  # floor(r_h 180) == 0
-    tables, used = _hsv_tables(gains)
+    _, tables, used = _hsv_tables(gains)
     x = np.arange(256, dtype=np.float64)
     for r, table, needed in zip(gains.numpy(), tables, used, strict=True):
         assert np.array_equal(table[0], ((x + r[0] * 180) % 180).astype(np.uint8))

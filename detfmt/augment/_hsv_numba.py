@@ -1,0 +1,141 @@
+"""The numba kernel of `detfmt.augment._native`: Ultralytics' HSV jitter in one pass per pixel.
+
+Ultralytics recolours with OpenCV: RGB -> 8-bit HSV, one LUT per plane, HSV -> RGB (five
+passes over the image, three of them through scratch planes). This kernel computes the same
+bytes in one vectorised pass, each step as OpenCV's SIMD path does it:
+
+- RGB -> HSV: OpenCV's integer algorithm (``hsv_shift`` 12, its ``sdiv``/``hdiv`` tables). Every
+  product in it stays below 2**24, so float32 holds it exactly, and the tables' entries equal
+  ``rint(float32(k) / float32(x))`` for every x (checked over all 256), so no table is read.
+- the LUTs: Ultralytics' tables (`_opencv.hsv_luts`) in closed form: hue ``(h + k) mod 180``,
+  saturation and value ``trunc(clip(x g, 0, 255))`` in float32, with the integer k and the
+  float32 gains g that `_native.lut_parameters` found to give every entry of the tables.
+- HSV -> RGB: OpenCV's float32 vector code, truncating to uint8. Its ``1 - s*h`` terms are
+  computed with one rounding (a fused multiply-add), as OpenCV's x86-64 AVX2 and aarch64 builds
+  compile them.
+
+Within those rules the result equals OpenCV's byte for byte (tests/augment/test_hsv_kernel.py
+compares all 2**24 colours). Where OpenCV runs its scalar code instead (the last ``width % 32``
+pixels of a row, or a build without FMA), OpenCV itself differs from its vector path by at most
+one level; this kernel always follows the vector path.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, types
+from numba.extending import intrinsic
+
+__all__ = ["recolour_planar", "recolour_rgb"]
+
+
+@intrinsic
+def _one_minus_product(typingctx, a, b):
+    """1 - a*b in float32 with a single rounding (an FMA, as OpenCV's compiled vector code)."""
+    def codegen(context, builder, signature, args):
+        x, y = args
+        one = context.get_constant(types.float32, 1.0)
+        return builder.fma(builder.fneg(x), y, one)
+
+    return types.float32(types.float32, types.float32), codegen
+
+
+@njit(inline="always")
+def _pixel(r, g, b, hue_shift, sat_gain, val_gain):  # pragma: no cover
+    """Recoloured (r, g, b) as float32 values in [0, 256) (truncated by the caller)."""
+    one = np.float32(1.0)
+    half = np.float32(2048.0)
+    scale = np.float32(1.0 / 4096.0)
+    # RGB -> HSV, OpenCV's integer algorithm in exact float32 arithmetic.
+    v = max(r, max(g, b))
+    diff = v - min(r, min(g, b))
+    sdiv = np.rint(np.float32(255 << 12) / max(v, one))
+    hdiv = np.rint(np.float32(180 << 12) / (np.float32(6.0) * max(diff, one)))
+    s = np.floor((diff * sdiv + half) * scale)
+    if v == r:
+        hn = g - b
+    elif v == g:
+        hn = b - r + np.float32(2.0) * diff
+    else:
+        hn = r - g + np.float32(4.0) * diff
+    h = np.floor((hn * hdiv + half) * scale)
+    h = h + np.float32(180.0) if h < 0 else h
+    # The LUTs in closed form (`_native.lut_parameters` checked they equal the tables).
+    hue = h + hue_shift
+    hue = hue - np.float32(180.0) if hue >= np.float32(180.0) else hue
+    sat = np.trunc(min(max(s * sat_gain, np.float32(0.0)), np.float32(255.0)))
+    val = np.trunc(min(max(v * val_gain, np.float32(0.0)), np.float32(255.0)))
+    # HSV -> RGB, OpenCV's float32 vector code.
+    hh = hue * np.float32(6.0 / 180.0)
+    sf = sat * np.float32(1.0 / 255.0)
+    vf = val * np.float32(1.0 / 255.0)
+    pre = np.trunc(hh)
+    frac = hh - pre
+    sector = pre - np.trunc(pre * np.float32(1.0 / 6.0)) * np.float32(6.0)
+    t0 = vf
+    t1 = vf * (one - sf)
+    t2 = vf * _one_minus_product(sf, frac)
+    t3 = vf * _one_minus_product(sf, one - frac)
+    if sector < 1:
+        return t0, t3, t1
+    if sector < 2:
+        return t2, t0, t1
+    if sector < 3:
+        return t1, t0, t3
+    if sector < 4:
+        return t1, t2, t0
+    if sector < 5:
+        return t3, t1, t0
+    return t0, t1, t2
+
+
+@njit(inline="always")
+def _byte(x):  # pragma: no cover
+    return np.uint8(np.int32(x * np.float32(255.0)))
+
+
+@njit(nogil=True, cache=True, boundscheck=False, error_model="numpy")
+def recolour_planar(src, channels, hue_shift, sat_gain, val_gain,
+                    red, green, blue):  # pragma: no cover
+    """``src``: flat uint8 RGB (``channels`` 3) or RGBA (4) pixels; writes three flat planes."""
+    n = red.shape[0]
+    if channels == 4:
+        words = src.view(np.uint32)
+        for p in range(n):
+            w = words[p]
+            r, g, b = _pixel(np.float32(w & 255), np.float32((w >> 8) & 255),
+                             np.float32((w >> 16) & 255), hue_shift, sat_gain, val_gain)
+            red[p] = _byte(r)
+            green[p] = _byte(g)
+            blue[p] = _byte(b)
+    else:
+        for p in range(n):
+            r, g, b = _pixel(np.float32(src[3 * p]), np.float32(src[3 * p + 1]),
+                             np.float32(src[3 * p + 2]), hue_shift, sat_gain, val_gain)
+            red[p] = _byte(r)
+            green[p] = _byte(g)
+            blue[p] = _byte(b)
+    return 0
+
+
+@njit(nogil=True, cache=True, boundscheck=False, error_model="numpy")
+def recolour_rgb(src, channels, hue_shift, sat_gain, val_gain, dst):  # pragma: no cover
+    """``src``: flat uint8 RGB (``channels`` 3) or RGBA (4) pixels; writes flat RGB ``dst``."""
+    n = dst.shape[0] // 3
+    if channels == 4:
+        words = src.view(np.uint32)
+        for p in range(n):
+            w = words[p]
+            r, g, b = _pixel(np.float32(w & 255), np.float32((w >> 8) & 255),
+                             np.float32((w >> 16) & 255), hue_shift, sat_gain, val_gain)
+            dst[3 * p] = _byte(r)
+            dst[3 * p + 1] = _byte(g)
+            dst[3 * p + 2] = _byte(b)
+    else:
+        for p in range(n):
+            r, g, b = _pixel(np.float32(src[3 * p]), np.float32(src[3 * p + 1]),
+                             np.float32(src[3 * p + 2]), hue_shift, sat_gain, val_gain)
+            dst[3 * p] = _byte(r)
+            dst[3 * p + 1] = _byte(g)
+            dst[3 * p + 2] = _byte(b)
+    return 0

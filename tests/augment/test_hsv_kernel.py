@@ -1,0 +1,147 @@
+"""The native HSV kernel (`detfmt.augment._native`) gives OpenCV's bytes: Ultralytics' HSV jitter
+(RGB -> HSV, three LUTs, HSV -> RGB with OpenCV) for every colour, layout and gain."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+cv2 = pytest.importorskip("cv2")
+pytest.importorskip("numba")
+
+from detfmt.augment import _native  # noqa: E402
+from detfmt.augment._opencv import _hsv_into, _hsv_tables, hsv_luts  # noqa: E402
+
+# Ultralytics' default gains and wider ones; the second saturation gain is one whose nearest
+# float32 truncates one entry differently from the float64 table (a neighbour is needed).
+GAINS = [
+    (0.012, -0.5513, 0.31),
+    (-0.0149, 0.43636355613647965, -0.37),
+    (0.4, 0.9, -0.9),
+    (-0.5, -1.0, 0.95),
+    (0.0, 0.0, 0.0),
+]
+
+
+def _all_colours() -> np.ndarray:
+    """Every 24-bit colour once, as a 4096 x 4096 RGB image."""
+    c = np.arange(1 << 24, dtype=np.uint32)
+    rgb = np.stack([(c >> 16) & 255, (c >> 8) & 255, c & 255], axis=-1).astype(np.uint8)
+    return rgb.reshape(4096, 4096, 3)
+
+
+def _ultralytics_hsv(image: np.ndarray, tables: np.ndarray) -> np.ndarray:
+    """Ultralytics' RandomHSV calls (on RGB, as detfmt's images are)."""
+    hue, sat, val = cv2.split(cv2.cvtColor(image, cv2.COLOR_RGB2HSV))
+    hsv = cv2.merge((cv2.LUT(hue, tables[0]), cv2.LUT(sat, tables[1]), cv2.LUT(val, tables[2])))
+    return cv2.cvtColor(hsv, cv2.COLOR_HSV2RGB)
+
+
+def _opencv_fuses_multiply_add() -> bool:
+    """Whether this OpenCV build computes HSV -> RGB's 1 - s*h with one rounding (its x86-64
+    AVX2 and aarch64 builds do); the kernel follows that path."""
+    probe = np.full((1, 32, 3), (1, 90, 85), dtype=np.uint8)
+    return int(cv2.cvtColor(probe, cv2.COLOR_HSV2RGB)[0, 0, 1]) == 56
+
+
+def _outputs(image: np.ndarray, params: np.ndarray) -> list[np.ndarray]:
+    """The kernel's result for RGB and RGBA input, interleaved and planar output."""
+    results = []
+    rgba = cv2.cvtColor(image, cv2.COLOR_RGB2RGBA)
+    for source in (image, rgba):
+        out = np.empty(image.shape, np.uint8)
+        assert _native.recolour(source, params, out)
+        planes = [np.empty(image.shape[:2], np.uint8) for _ in range(3)]
+        assert _native.recolour(source, params, planes)
+        results += [out, np.stack(planes, axis=-1)]
+    return results
+
+
+@pytest.mark.parametrize("gains", GAINS)
+def test_every_colour_matches_opencv(gains):
+    image = _all_colours()
+    g = np.array([gains], dtype=np.float64)
+    tables = hsv_luts(g)
+    params = _native.lut_parameters(g, tables)[0]
+    want = _ultralytics_hsv(image, tables[0])
+    for got in _outputs(image, params):
+        differ = (got != want).any(axis=-1)
+        if _opencv_fuses_multiply_add():
+            assert not differ.any(), f"{int(differ.sum())} colours differ from OpenCV"
+        else:  # OpenCV's unfused build rounds 1 - s*h twice: one level, rarely
+            assert np.abs(got.astype(int) - want).max() <= 1
+            assert differ.mean() < 1e-3
+
+
+def test_lut_parameters_reproduce_every_table():
+    g = torch.Generator().manual_seed(11)
+    gains = (torch.rand(3000, 3, generator=g, dtype=torch.float64) * 2 - 1) * torch.tensor(
+        [0.5, 1.0, 1.0], dtype=torch.float64
+    )
+    gains[0] = torch.tensor([0.0, -1.0, -1.0], dtype=torch.float64)  # everything to 0
+    gains[1, 1] = 0.43636355613647965  # needs a float32 neighbour
+    tables = hsv_luts(gains.numpy())
+    params = _native.lut_parameters(gains.numpy(), tables)
+    assert not np.isnan(params).any()
+    x = np.arange(256, dtype=np.float32)
+    hue = (np.arange(180) + params[:, :1].astype(np.int64)) % 180
+    assert np.array_equal(hue, tables[:, 0, :180])
+    for plane in (1, 2):
+        closed = np.trunc(np.clip(x * params[:, plane : plane + 1], 0, 255)).astype(np.uint8)
+        assert np.array_equal(closed, tables[:, plane])
+    assert params[1, 1] != np.float32(1.43636355613647965)
+
+
+def test_a_table_without_closed_form_is_left_to_opencv():
+    """r_s = -0.55: in float64 1 + r_s is just below 0.45, so 20 (1 + r_s) truncates to 9 and
+    60 (1 + r_s) to 26; no float32 gain gives both. `recolour` declines, OpenCV runs."""
+    rng = np.random.default_rng(2)
+    image = rng.integers(0, 256, (64, 96, 3), dtype=np.uint8)
+    gains = torch.tensor([[0.01, -0.55, -0.3013]], dtype=torch.float64)
+    params, tables, used = _hsv_tables(gains)
+    assert np.isnan(params[0, 1]) and not np.isnan(params[0, [0, 2]]).any()
+    assert not _native.recolour(image, params[0], np.empty_like(image))
+    out = np.empty_like(image)
+    _hsv_into(image, params[0], tables[0], used[0], out)
+    assert np.array_equal(out, _ultralytics_hsv(image, tables[0]))
+    ok = torch.tensor([[0.01, -0.5513, -0.3013]], dtype=torch.float64)
+    params, tables, used = _hsv_tables(ok)
+    native = np.empty_like(image)
+    _hsv_into(image, params[0], tables[0], used[0], native)
+    assert np.array_equal(native, _ultralytics_hsv(image, tables[0]))
+
+
+@pytest.mark.parametrize("width", [1, 7, 31, 33, 641])
+def test_any_width_and_layout_agree(width):
+    """Rows of any length (the vector loop's remainder included) and every layout agree; where
+    OpenCV itself stays on its vector path (width % 32 == 0 is not required for equality of the
+    kernel's layouts) the kernel's four layouts are identical."""
+    rng = np.random.default_rng(width)
+    image = rng.integers(0, 256, (5, width, 3), dtype=np.uint8)
+    g = np.array([[0.01, 0.6, -0.35]])
+    params = _native.lut_parameters(g, hsv_luts(g))[0]
+    first, *rest = _outputs(image, params)
+    for other in rest:
+        assert np.array_equal(first, other)
+    # the same pixels inside a 32-wide image, where OpenCV runs its vector code
+    padded = np.zeros((5, 32 * (width // 32 + 1), 3), np.uint8)
+    padded[:, :width] = image
+    if _opencv_fuses_multiply_add():
+        want = _ultralytics_hsv(padded, hsv_luts(g)[0])[:, :width]
+        assert np.array_equal(first, want)
+
+
+def test_non_contiguous_layouts_are_declined():
+    image = np.zeros((8, 16, 3), np.uint8)
+    params = np.array([0.0, 1.0, 1.0], np.float32)
+    assert not _native.recolour(image[:, ::2], params, np.empty((8, 8, 3), np.uint8))
+    out = np.empty((8, 32, 3), np.uint8)
+    assert not _native.recolour(image, params, out[:, ::2])
+
+
+def test_opencv_only_when_asked(monkeypatch):
+    monkeypatch.setenv("DETFMT_HSV", "opencv")
+    assert _native._load() is None
+    monkeypatch.delenv("DETFMT_HSV")
+    assert _native._load() is not None
