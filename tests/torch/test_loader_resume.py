@@ -5,6 +5,7 @@ gather threads, mid-epoch and across an epoch boundary."""
 
 from __future__ import annotations
 
+import threading
 import warnings
 
 import pytest
@@ -100,13 +101,33 @@ def test_resume_with_a_fresh_loader_and_transform_equals_the_uninterrupted_run(
     assert_same(run(resumed, passes), whole[k:])
 
 
+class RanAhead(torch.nn.Module):
+    """Wraps a transform; ``ahead`` is set once it has run on ``count`` batches."""
+
+    def __init__(self, inner: torch.nn.Module, count: int) -> None:
+        super().__init__()
+        self.inner = inner
+        self.count = count
+        self.calls = 0
+        self.ahead = threading.Event()
+
+    def forward(self, batch: Batch) -> Batch:
+        out = self.inner(batch)
+        self.calls += 1
+        if self.calls >= self.count:
+            self.ahead.set()
+        return out
+
+
 def test_the_same_loader_continues_exactly_after_a_pass_stopped_early(ds):
     """A pass stopped while batches ran ahead through the transform: the next pass of the same
     loader refills the transform rather than keep what the dropped batches pushed."""
     whole = run(Loader(ds, BATCH, seed=5, num_threads=2, transform=yolo()), 2)
-    loader = Loader(ds, BATCH, seed=5, num_threads=2, prefetch=4, transform=yolo())
+    transform = RanAhead(yolo(), count=4)
+    loader = Loader(ds, BATCH, seed=5, num_threads=2, prefetch=4, transform=transform)
     it = iter(loader)
     head = [snapshot(next(it)) for _ in range(2)]
+    assert transform.ahead.wait(timeout=30)  # batches 2 and 3 went through the transform
     it.close()
     assert_same(head + run(loader, 2), whole)
 
