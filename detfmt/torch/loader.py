@@ -25,7 +25,8 @@ the buffer at once; one that writes into the batch in place keeps it until the b
 and the buffer's padding is rewritten in full on its next use (an in-place write, through torch
 or through numpy/OpenCV views, may have touched it). The loader's threads use
 ``transform_threads`` torch threads and OpenCV-backend pool threads each, whatever the trainer's
-own ``torch.set_num_threads``.
+own ``torch.set_num_threads``. A transform that carries samples across batches (Mosaic's
+buffer) is refilled on resume from the batches before the resume point (`_history`).
 """
 
 from __future__ import annotations
@@ -151,7 +152,10 @@ class Loader:
             sqrt(t / f) times per epoch.
         transform: a ``detfmt.augment`` pipeline, or any ``Batch -> Batch`` callable, run on each
             batch in the gather threads (on CUDA: on the loader's stream, after the copy), in
-            epoch order; its generators are re-seeded per batch (``transform_reseed``).
+            epoch order; its generators are re-seeded per batch (``transform_reseed``). One with
+            history (``Mosaic(buffer_size=...)``) is refilled from the preceding batches when
+            a pass starts where it did not leave off (a resume), so resumed batches equal the
+            uninterrupted run's (`detfmt.torch._history`).
         convert: ``Batch -> anything`` run after ``transform`` in the same place (a framework's
             batch format); the loader then yields what it returns.
         indices: read only these samples (a subset, in place: nothing is copied), shuffled
