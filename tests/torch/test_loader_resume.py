@@ -179,3 +179,26 @@ def test_a_transform_without_history_is_not_replayed(ds, threads):
     rest = run(resumed, 2)
     assert_same(head + rest, whole)
     assert transform.calls == len(rest)  # only the batches handed out
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_each_rank_refills_from_its_own_share(ds, k):
+    """Rank 1 of 2 (2 global batches of 8 per epoch, the tail dropped): its buffer holds its
+    own earlier batches, mid-epoch and across the epoch boundary."""
+    def make_loader(seed: int = 5) -> Loader:
+        return Loader(ds, BATCH, seed=seed, rank=1, world_size=2, num_threads=2,
+                      transform=yolo())
+
+    whole = run(make_loader(), EPOCHS)
+    loader = make_loader()
+    head: list = []
+    while len(head) < k:
+        it = iter(loader)
+        for batch in it:
+            head.append(snapshot(batch))
+            if len(head) == k:
+                it.close()
+                break
+    resumed = make_loader(seed=0)
+    resumed.load_state_dict(loader.state_dict())
+    assert_same(head + run(resumed, EPOCHS - k // 2), whole)
