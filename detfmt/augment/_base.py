@@ -30,6 +30,17 @@ class Augmentation(nn.Module):
         self.has_own_generator = generator is not None
         self.last_params: Params | None = None
 
+    @property
+    def history(self) -> int:
+        """How many of the most recent samples this module was given, besides the batch, its
+        output depends on (0: each batch on its own). A loader that resumes mid-stream feeds the
+        module that many preceding samples again (`reset_history`, then the same batches) so the
+        resumed batches equal the uninterrupted run's."""
+        return 0
+
+    def reset_history(self) -> None:
+        """Forget what earlier batches left behind (nothing, unless ``history`` > 0)."""
+
     def sample(self, batch: Batch) -> Params:
         """Draw this call's parameters (tensors with a leading batch dimension where per-sample)."""
         return {}

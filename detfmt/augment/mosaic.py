@@ -7,7 +7,7 @@ Both widen the box slots (M -> 4M, M -> 2M) so shapes stay static; `compact` in
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, overload
 
 import torch
 from torch import nn
@@ -44,6 +44,12 @@ class _RingBuffer(nn.Module):
     Batches from a real loader differ in canvas size and box slots from one batch to the next:
     the buffer grows to the largest canvas and slot count seen (a sample keeps its pixels at the
     top-left of its slot, its valid region in ``sizes``; slots beyond its boxes are padding).
+
+    What Mosaic reads from it depends only on the samples held, in push order: partners are
+    numbered oldest first (`physical` maps that to ring slots), and the box slots it reads are
+    those the held samples' batches had (`slots_in_use`), not the most any evicted batch had.
+    So pushing the same last ``capacity`` samples into an empty buffer (a resumed loader's
+    refill) reproduces every later mosaic exactly.
     """
 
     def __init__(self, capacity: int) -> None:
@@ -51,6 +57,7 @@ class _RingBuffer(nn.Module):
         self.capacity = capacity
         self.filled = 0
         self.cursor = 0
+        self.held_slots = [0] * capacity  # box slots of the batch each ring slot came with
         self.images: torch.Tensor | None = None
         self.boxes: torch.Tensor | None = None
         self.classes: torch.Tensor | None = None
@@ -153,8 +160,30 @@ class _RingBuffer(nn.Module):
             self.boxes[lo:hi, slots:] = 0
             self.classes[lo:hi, slots:] = -1
             self.mask[lo:hi, slots:] = False
+            self.held_slots[lo:hi] = [slots] * (hi - lo)
         self.cursor = (self.cursor + len(batch)) % self.capacity
         self.filled = min(self.capacity, self.filled + len(batch))
+
+    def clear(self) -> None:
+        """Forget every held sample (the storage stays allocated)."""
+        self.filled = 0
+        self.cursor = 0
+        self.held_slots = [0] * self.capacity
+
+    @overload
+    def physical(self, held: int) -> int: ...
+    @overload
+    def physical(self, held: torch.Tensor) -> torch.Tensor: ...
+    def physical(self, held: int | torch.Tensor) -> int | torch.Tensor:
+        """Ring slots of held samples numbered 0 (oldest) .. filled - 1 (newest)."""
+        return (held + (self.cursor - self.filled)) % self.capacity
+
+    def slots_in_use(self) -> int:
+        """Box slots the held samples use (their batches' slot counts; at most the buffer's)."""
+        used = self.held_slots[: self.capacity] if self.filled == self.capacity else [
+            self.held_slots[(self.cursor - self.filled + k) % self.capacity]
+            for k in range(self.filled)]
+        return max(used, default=0)
 
 
 def _pad_slots(value: torch.Tensor, slots: int, fill: float | bool) -> torch.Tensor:
@@ -201,7 +230,9 @@ class Mosaic(Augmentation):
 
     Partners are drawn uniformly from the batch, or from the batch plus a ring buffer of the
     last ``buffer_size`` samples (Ultralytics draws from recent images). With a buffer, replay
-    needs the same buffer contents.
+    needs the same buffer contents: `detfmt.torch.Loader` (``transform=``) refills it on resume
+    from the samples that preceded the resume point (``history``), so a resumed run's batches
+    equal the uninterrupted run's.
     """
 
     _force_gather = False  # tests: use the static-shape gather on CPU too
@@ -224,6 +255,16 @@ class Mosaic(Augmentation):
         self.resize: Letterbox | None = None
         if resize is not None:
             self.resize = Letterbox(as_size("resize", resize), center=False, fill=fill)
+
+    @property
+    def history(self) -> int:
+        """The ring buffer's capacity: its partners come from that many recent samples."""
+        return self.buffer.capacity if self.buffer is not None else 0
+
+    def reset_history(self) -> None:
+        """Empty the ring buffer."""
+        if self.buffer is not None:
+            self.buffer.clear()
 
     def _tile_hw(self, batch: Batch) -> tuple[int, int]:
         """(H, W) of one tile's frame: the resize target, else the batch's images."""
@@ -262,7 +303,8 @@ class Mosaic(Augmentation):
             assert buf.images is not None and buf.boxes is not None and buf.classes is not None
             assert buf.mask is not None and buf.sizes is not None
             n = buf.filled
-            slots = max(batch.boxes.shape[1], buf.boxes.shape[1])
+            held_m = buf.slots_in_use()
+            slots = max(batch.boxes.shape[1], held_m)
             fields[-4:] = [
                 _pad_slots(batch.boxes, slots, 0.0),
                 _pad_slots(batch.classes, slots, -1),
@@ -270,9 +312,9 @@ class Mosaic(Augmentation):
                 sizes,
             ]
             extra = [
-                _pad_slots(buf.boxes[:n], slots, 0.0),
-                _pad_slots(buf.classes[:n], slots, -1),
-                _pad_slots(buf.mask[:n], slots, False),
+                _pad_slots(buf.boxes[:n, :held_m], slots, 0.0),
+                _pad_slots(buf.classes[:n, :held_m], slots, -1),
+                _pad_slots(buf.mask[:n, :held_m], slots, False),
                 buf.sizes[:n],
             ]
             if with_images:
@@ -283,7 +325,7 @@ class Mosaic(Augmentation):
                 extra.insert(0, _pad_hw(held, tile_h, tile_w))
             in_batch = tiles < len(batch)
             local = tiles.clamp(max=len(batch) - 1)
-            remote = (tiles - len(batch)).clamp(min=0)
+            remote = buf.physical((tiles - len(batch)).clamp(min=0))
             out = []
             for a, b in zip(fields, extra, strict=True):
                 shape = (*tiles.shape, *[1] * (a.ndim - 1))
@@ -511,16 +553,19 @@ class Mosaic(Augmentation):
                     continue
                 index = t[b][q]
                 if index < bsz:
-                    array = hwc[index]
-                else:
-                    assert held_hwc is not None
-                    array = held_hwc[index - bsz]
+                    array, extent = hwc[index], stored[index]
+                else:  # held sample index - bsz, oldest first
+                    assert held_hwc is not None and self.buffer is not None
+                    slot = self.buffer.physical(index - bsz)
+                    array = held_hwc[slot]
+                    extent = held[slot] if held else None
                 if scales is None:
                     mine.append(Tile(array, x0, y0, x1, y1, left, top))
                     continue
                 # A resized tile: its stored pixels only (the warp reads past the placed
                 # rectangle's edge, so it must see the image's own edge, not padding).
-                sh, sw = stored[index] if index < bsz else held[index - bsz]
+                assert extent is not None
+                sh, sw = extent
                 sx, sy = scales[b][q]
                 mine.append(Tile(array[:sh, :sw], x0, y0, x1, y1, left, top, sx, sy))
             rects.append(mine)

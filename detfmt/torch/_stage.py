@@ -66,6 +66,12 @@ class TransformStage:
         self._draining = False
         self._lock = threading.Lock()
 
+    @property
+    def processed(self) -> int:
+        """Items taken for processing so far (0..processed-1, in order)."""
+        with self._lock:
+            return self._next
+
     def expect(self, t: int) -> cf.Future:
         """The future of item ``t`` (call before offering it)."""
         future: cf.Future = cf.Future()

@@ -25,7 +25,8 @@ the buffer at once; one that writes into the batch in place keeps it until the b
 and the buffer's padding is rewritten in full on its next use (an in-place write, through torch
 or through numpy/OpenCV views, may have touched it). The loader's threads use
 ``transform_threads`` torch threads and OpenCV-backend pool threads each, whatever the trainer's
-own ``torch.set_num_threads``.
+own ``torch.set_num_threads``. A transform that carries samples across batches (Mosaic's
+buffer) is refilled on resume from the batches before the resume point (`_history`).
 """
 
 from __future__ import annotations
@@ -47,6 +48,13 @@ from detfmt.mixture import Mixture
 from detfmt.order import DEFAULT_SHARD_WINDOW, EpochOrder, Schedule, SubsetOrder
 from detfmt.protocol import DatasetLike
 from detfmt.sampling import repeat_factor_order_for
+from detfmt.torch._history import (
+    batching,
+    check_batching,
+    history_of,
+    preceding_batches,
+    reset_history,
+)
 from detfmt.torch._ring import BufferRing, Slot
 from detfmt.torch._stage import TransformStage, augment_seed, find_generators
 from detfmt.torch.batch import Batch
@@ -144,7 +152,10 @@ class Loader:
             sqrt(t / f) times per epoch.
         transform: a ``detfmt.augment`` pipeline, or any ``Batch -> Batch`` callable, run on each
             batch in the gather threads (on CUDA: on the loader's stream, after the copy), in
-            epoch order; its generators are re-seeded per batch (``transform_reseed``).
+            epoch order; its generators are re-seeded per batch (``transform_reseed``). One with
+            history (``Mosaic(buffer_size=...)``) is refilled from the preceding batches when
+            a pass starts where it did not leave off (a resume), so resumed batches equal the
+            uninterrupted run's (`detfmt.torch._history`).
         convert: ``Batch -> anything`` run after ``transform`` in the same place (a framework's
             batch format); the loader then yields what it returns.
         indices: read only these samples (a subset, in place: nothing is copied), shuffled
@@ -254,6 +265,9 @@ class Loader:
                                      else min(8, os.cpu_count() or 1))
         self.transform_reseed = bool(transform_reseed)
         self._generators: list[torch.Generator] = []
+        # (transform, epoch, position) the transform's carried samples are exactly up to
+        self._synced: tuple[Any, int, int] | None = None
+        self._saved_batching: dict[str, Any] | None = None
         self.transform = transform
         self.convert = convert
         self._stream: Any = None
@@ -319,12 +333,20 @@ class Loader:
 
     def state_dict(self) -> dict[str, Any]:
         """``{seed, epoch, samples_seen}`` and the order's configuration: resumes on any world
-        size and batch size (S-20)."""
-        return self.schedule.state_dict()
+        size and batch size (S-20). ``batching`` (batch size, world size, drop_last) tells a
+        resumed transform with history (Mosaic's buffer) whether its refill is exact."""
+        return {**self.schedule.state_dict(), "batching": batching(self.schedule)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue where ``state`` stopped (any world size, batch size or thread count)."""
+        """Continue where ``state`` stopped (any world size, batch size or thread count).
+
+        A transform with history (``Mosaic(buffer_size=...)``) is refilled at the next
+        ``iter()`` from this rank's batches before the resume point, so the resumed batches
+        equal the uninterrupted run's; exactly so when the batching is the saving run's (else
+        a RuntimeWarning: the order still resumes exactly, the augmentation does not)."""
         self.schedule.load_state_dict(state)
+        saved = state.get("batching")
+        self._saved_batching = dict(saved) if isinstance(saved, dict) else None
 
     def epoch_order(self, epoch: int | None = None) -> np.ndarray:
         """The global sample order of an epoch, before rank slicing and tail handling."""
@@ -338,9 +360,9 @@ class Loader:
 
     def __iter__(self) -> Iterator[Batch]:
         batches = self.schedule.begin_epoch()
-        return self._run(batches)
+        return self._run(batches, self.schedule.samples_seen)
 
-    def _run(self, batches: list[np.ndarray]) -> Iterator[Any]:
+    def _run(self, batches: list[np.ndarray], start: int) -> Iterator[Any]:
         follower = self.ds.follow(batches, self.prefetch_shards)
         pool = cf.ThreadPoolExecutor(self.num_threads, thread_name_prefix="detfmt-loader",
                                      initializer=configure_thread,
@@ -351,14 +373,19 @@ class Loader:
         stage = TransformStage(self._stage_process, self._stage_release, stop) if staged else None
         epoch = self.schedule.epoch
         position = submitted = 0
+        transform = self._transform
+        refilled = False
         try:
+            if transform is not None:
+                self._refill(pool, transform, epoch, start, stop)
+            refilled = True
             while position < len(batches):
                 while submitted < len(batches) and len(pending) < self.prefetch:
                     follower.step(position, submitted)
                     if stage is not None:
                         pending.append(stage.expect(submitted))
                         pool.submit(self._staged_job, batches[submitted], submitted, epoch,
-                                    stage, stop)
+                                    self.schedule.position(submitted), stage, stop)
                     else:
                         pending.append(pool.submit(self._job, batches[submitted], stop))
                     submitted += 1
@@ -379,6 +406,9 @@ class Loader:
             pool.shutdown(wait=True, cancel_futures=True)
             if stage is not None:
                 stage.abandon()  # gathered, never transformed: their buffers are free again
+                # The transform holds exactly the batches handed out unless it ran ahead.
+                exact = refilled and transform is not None and stage.processed == position
+                self._synced = self._stream_point(transform, epoch) if exact else None
             else:
                 for future in pending:  # gathered but never handed out
                     if future.done() and not future.cancelled() and future.exception() is None:
@@ -386,8 +416,36 @@ class Loader:
 
     # -- the transform stage -------------------------------------------------------------------
 
-    def _staged_job(self, indices: np.ndarray, t: int, epoch: int, stage: TransformStage,
-                    stop: threading.Event) -> None:
+    def _stream_point(self, transform: Any, epoch: int) -> tuple[Any, int, int]:
+        """(transform, epoch, position) where the stream stands; a finished epoch is the next
+        one's position 0."""
+        seen = self.schedule.samples_seen
+        if seen >= self.schedule.epoch_length(epoch):
+            return transform, epoch + 1, 0
+        return transform, epoch, seen
+
+    def _refill(self, pool: cf.ThreadPoolExecutor, transform: Any, epoch: int, start: int,
+                stop: threading.Event) -> None:
+        """Before a pass that starts where the transform did not leave off: empty its history
+        and run it again over the batches that precede the start (`detfmt.torch._history`)."""
+        samples = history_of(transform)
+        if samples == 0 or self._synced == (transform, epoch, start):
+            return
+        self._synced = None
+        check_batching(self._saved_batching, self.schedule)
+        reset_history(transform)
+        replay = preceding_batches(self.schedule, epoch, start, samples)
+        self.schedule.epoch_order(epoch)  # back to this epoch's order in the schedule's cache
+        if replay:
+            pool.submit(self._replay, replay, stop).result()
+
+    def _replay(self, replay: list[tuple[int, int, np.ndarray]], stop: threading.Event) -> None:
+        """A gather thread: gather and transform each earlier batch, outputs dropped."""
+        for epoch, position, indices in replay:
+            self._stage_process(-1, (*self._job(indices, stop), epoch, position), convert=False)
+
+    def _staged_job(self, indices: np.ndarray, t: int, epoch: int, position: int,
+                    stage: TransformStage, stop: threading.Event) -> None:
         """A gather thread: gather batch ``t``, then hand it to the stage (which may run the
         transform here, on this and the following batches, in order)."""
         try:
@@ -395,30 +453,32 @@ class Loader:
         except BaseException as error:
             stage.offer(t, error=error)
             return
-        stage.offer(t, (batch, slot, epoch))
+        stage.offer(t, (batch, slot, epoch, position))
 
-    def _stage_release(self, item: tuple[Batch, Slot, int]) -> None:
+    def _stage_release(self, item: tuple[Batch, Slot, int, int]) -> None:
         self.ring.release(item[1])
 
-    def _reseed(self, epoch: int, t: int) -> None:
+    def _reseed(self, epoch: int, position: int) -> None:
+        """Seed the transform's generators for the batch whose first sample is at
+        ``position`` of ``epoch``'s order on this rank."""
         if not self.transform_reseed:
             return
-        position = self.schedule.position(t)
         for k, generator in enumerate(self._generators):
             generator.manual_seed(augment_seed(self.seed, epoch, position, k))
 
-    def _stage_process(self, t: int, item: tuple[Batch, Slot, int]) -> tuple[Any, None]:
+    def _stage_process(self, t: int, item: tuple[Batch, Slot, int, int],
+                       convert: bool = True) -> tuple[Any, None]:
         """Batch ``t``: to the device (CUDA: on the loader's stream), re-seed, transform,
         convert. Returns (output, None): the buffer is released here, not at hand-out."""
-        batch, slot, epoch = item
+        batch, slot, epoch, position = item
         del item
         released = False
         try:
             if self.device is not None and self.device.type == "cuda":
-                return self._process_cuda(batch, slot, epoch, t), None
+                return self._process_cuda(batch, slot, epoch, position, convert), None
             if self.device is not None:
                 batch = batch.to(self.device)
-            self._reseed(epoch, t)
+            self._reseed(epoch, position)
             out = self._transform(batch) if self._transform is not None else batch
             del batch
             # A transform may have written into the buffer in place (also through numpy views,
@@ -426,7 +486,7 @@ class Loader:
             slot.layout = None
             self.ring.release(slot)  # reused only once no tensor handed out references it
             released = True
-            if self.convert is not None:
+            if convert and self.convert is not None:
                 out = self.convert(out)
             return out, None
         finally:
@@ -434,7 +494,8 @@ class Loader:
                 slot.layout = None
                 self.ring.release(slot)
 
-    def _process_cuda(self, batch: Batch, slot: Slot, epoch: int, t: int) -> Any:
+    def _process_cuda(self, batch: Batch, slot: Slot, epoch: int, position: int,
+                      convert: bool) -> Any:
         device = self.device
         assert device is not None
         if self._stream is None:
@@ -446,10 +507,10 @@ class Loader:
                 copied.record(self._stream)
                 slot.event = copied  # the slot is reused only once this copy has completed
             del batch
-            self._reseed(epoch, t)
+            self._reseed(epoch, position)
             out = self._transform(moved) if self._transform is not None else moved
             del moved
-            if self.convert is not None:
+            if convert and self.convert is not None:
                 out = self.convert(out)
             done = torch.cuda.Event()
             done.record(self._stream)

@@ -276,3 +276,30 @@ def test_identity_geometry_is_a_copy_identical_to_the_warp():
     )
     assert torch.equal(out.images, ref) and torch.equal(out.sizes, square.sizes)
     assert torch.equal(out.boxes[out.mask], square.boxes[square.mask])
+
+
+@pytest.mark.parametrize("path", ["slices", "gather", "resize"])
+def test_mosaic_reads_its_buffer_as_the_last_samples_pushed_only(path):
+    """A buffer that wrapped around and once held a larger batch (more box slots, a larger
+    canvas, since evicted) gives the same mosaics as an empty buffer given only the samples it
+    still holds, in the same order: what a resumed loader's refill relies on."""
+    def make() -> A.Mosaic:
+        mosaic = A.Mosaic(buffer_size=6, resize=24 if path == "resize" else None)
+        mosaic._force_gather = path == "gather"
+        return mosaic
+
+    batches = [loader_like(4, 56, 72, 9, seed=1), loader_like(4, 40, 48, 2, seed=2),
+               loader_like(4, 44, 40, 3, seed=3)]
+    long, short = make(), make()
+    for batch in batches:  # 12 samples: the first batch is evicted, the buffer wrapped
+        long(batch)
+    for batch in batches[1:]:  # the 6 held samples are the last 2 of batch 1 and batch 2
+        short(batch)
+    following = loader_like(4, 40, 48, 3, seed=4)
+    params = long.sample(following)
+    params["tiles"][:, 1:] = torch.tensor([[4, 6, 9], [5, 7, 8], [9, 4, 6], [8, 8, 5]])
+    params["apply"][:] = True
+    want, got = long(following, params), short(following, params)
+    assert want.boxes.shape[1] == 4 * 3  # the held samples' slots, not the evicted batch's 9
+    for name in ("images", "boxes", "classes", "mask", "sizes"):
+        assert torch.equal(getattr(got, name), getattr(want, name)), name
