@@ -6,6 +6,8 @@ LinAlgError / IndexError / TypeError.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -129,3 +131,33 @@ def test_normalize_refuses_three_means_for_grey_images():
     torch.testing.assert_close(out.images, (grey.images.float() / 255 - 0.5) / 0.25)
     with pytest.raises(UsageError):
         A.Normalize(mean=(0.5, 0.5), std=(0.2, 0.2))
+
+
+def test_extent_of_a_rotated_region_cut_by_the_top_edge(backend):
+    """The extent is the part of the mapped region inside the output, not the mapped corners:
+    here the rightmost corner lies far above the output, and the content ends at column 18
+    while the corners reach column 56."""
+    angle = math.radians(-30)
+    matrix = torch.tensor(
+        [
+            [math.cos(angle), -math.sin(angle), 8.0],
+            [math.sin(angle), math.cos(angle), -8.0],
+            [0.0, 0.0, 1.0],
+        ]
+    )
+    images = torch.zeros((1, 3, 16, 48), dtype=torch.uint8)
+    images[:, :, :12] = 200  # a 12 x 48 image at the top-left of a 16 x 48 canvas
+    batch = Batch(
+        images=images,
+        boxes=torch.tensor([[[40.0, 0.0, 48.0, 4.0]]]),  # leaves the output: dropped
+        classes=torch.tensor([[0]]),
+        mask=torch.tensor([[True]]),
+        sizes=torch.tensor([[12, 48]], dtype=torch.int32),
+    )
+    out = A.Warp(matrix, size=(16, 64))(batch)
+    content = (out.images[0] != 114).any(dim=0)
+    rows, cols = content.nonzero(as_tuple=True)
+    h, w = out.sizes[0].tolist()
+    assert not content[h:].any() and not content[:, w:].any()
+    assert w <= int(cols.max()) + 2 and h <= int(rows.max()) + 2
+    assert w < 30 and not out.mask.any()
