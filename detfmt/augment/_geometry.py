@@ -17,7 +17,7 @@ import torch
 
 from detfmt.augment import _backend
 from detfmt.augment._base import Augmentation, Params, fill_for, image_hw
-from detfmt.augment._matrix import clip_boxes, eye, transform_boxes
+from detfmt.augment._matrix import clip_boxes, eye, transform_boxes, transform_points
 from detfmt.augment._memory import empty_hwc
 from detfmt.augment._warp import warp_images
 from detfmt.augment.sanitize import BoxChange, BoxRule, drop_boxes, non_empty
@@ -158,10 +158,11 @@ def mapped_extent(
     """(B, 2) (h, w) of the top-left region of the output that holds every real pixel.
 
     The valid region ``[0, w] x [0, h]`` of each sample (``sizes``, else the whole canvas) goes
-    through ``matrix`` (corners, with the perspective divide); the output extent reaches to
-    the rightmost and lowest mapped corner, rounded up to whole pixels and clipped to the
-    output. Pixels outside it are border only. At least one pixel, so a crop to it is never
-    empty.
+    through ``matrix`` (corners, with the perspective divide) to a quadrilateral; the output
+    extent reaches to the rightmost and lowest point of its part inside the output, rounded up
+    to whole pixels. Pixels outside it are border only. (The mapped corners alone would
+    overstate it when a rotated or sheared region leaves the output through its top or bottom
+    edge.) At least one pixel, so a crop to it is never empty.
     """
     batch = matrix.shape[0]
     if sizes is None:
@@ -169,12 +170,59 @@ def mapped_extent(
     else:
         hw = sizes.to(device=matrix.device, dtype=torch.float64)
     zeros = torch.zeros_like(hw[:, 0])
-    region = torch.stack([zeros, zeros, hw[:, 1], hw[:, 0]], dim=-1)[:, None]
-    mapped = transform_boxes(region, matrix.to(torch.float64))[:, 0]
+    corners = torch.stack(  # in order around the region: (0, 0), (w, 0), (w, h), (0, h)
+        [zeros, zeros, hw[:, 1], zeros, hw[:, 1], hw[:, 0], zeros, hw[:, 0]], dim=-1
+    ).view(batch, 4, 2)
+    quad = transform_points(corners, matrix.to(torch.float64))
     out_h, out_w = out_size
-    width = torch.ceil(mapped[:, 2] - _EXTENT_TOLERANCE).clamp(1, out_w)
-    height = torch.ceil(mapped[:, 3] - _EXTENT_TOLERANCE).clamp(1, out_h)
+    far = _far_corner_inside(quad, float(out_h), float(out_w))
+    width = torch.ceil(far[:, 0] - _EXTENT_TOLERANCE).clamp(1, out_w)
+    height = torch.ceil(far[:, 1] - _EXTENT_TOLERANCE).clamp(1, out_h)
     return torch.stack([height, width], dim=-1).to(dtype)
+
+
+def _far_corner_inside(quad: torch.Tensor, height: float, width: float) -> torch.Tensor:
+    """(B, 2) largest x and largest y of a convex quadrilateral (B, 4, 2) (vertices in order)
+    clipped to ``[0, width] x [0, height]``; 0 where nothing of it is inside.
+
+    The clipped polygon's vertices are among: the quadrilateral's own vertices inside the box,
+    the points where its edges cross the box's four sides, and the box's corners inside it.
+    """
+    tol = _EXTENT_TOLERANCE
+    low = quad.new_tensor([0.0, 0.0])
+    high = quad.new_tensor([width, height])
+
+    def in_box(points: torch.Tensor) -> torch.Tensor:
+        return ((points >= low - tol) & (points <= high + tol)).all(dim=-1)
+
+    corners_inside = in_box(quad)
+    if (
+        quad.device.type == "cpu"
+        and not torch.compiler.is_compiling()
+        and bool(corners_inside.all())
+    ):
+        return quad.amax(dim=1)  # the whole quadrilateral is inside (a host check, on CPU only)
+    batch = quad.shape[0]
+    start = quad
+    step = quad.roll(-1, dims=1) - start  # edges (B, 4, 2)
+    # Where each edge crosses each side line x = 0, x = width, y = 0, y = height: (B, 4, 4).
+    axes = [0, 0, 1, 1]
+    along = step[..., axes]
+    safe = torch.where(along == 0, torch.ones_like(along), along)
+    t = (quad.new_tensor([0.0, width, 0.0, height]) - start[..., axes]) / safe
+    crossing = start[:, :, None] + t[..., None] * step[:, :, None]
+    crossed = (along != 0) & (t >= 0) & (t <= 1) & in_box(crossing)
+    box = quad.new_tensor([[0.0, 0.0], [width, 0.0], [width, height], [0.0, height]])
+    # A box corner is inside the convex quadrilateral when it is on the same side of all four
+    # edges (either orientation: a flip reverses the order of the vertices).
+    rel = box[None, :, None, :] - start[:, None, :, :]  # (B, 4 corners, 4 edges, 2)
+    cross = step[:, None, :, 0] * rel[..., 1] - step[:, None, :, 1] * rel[..., 0]
+    scale = step.abs().amax(dim=(1, 2)).clamp_min(1.0)[:, None, None] * tol
+    inside = (cross >= -scale).all(dim=-1) | (cross <= scale).all(dim=-1)
+    points = torch.cat([quad, crossing.view(batch, 16, 2), box.expand(batch, 4, 2)], dim=1)
+    keep = torch.cat([corners_inside, crossed.view(batch, 16), inside], dim=1)
+    points = torch.where(keep[..., None], points.clamp(min=low, max=high), 0.0)
+    return points.amax(dim=1)
 
 
 def advance(state: GeometryState, plan: Plan, map_region: bool = True) -> GeometryState:

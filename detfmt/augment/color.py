@@ -9,7 +9,8 @@ Ultralytics' BGR->HSV on BGR data is the same map).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -154,11 +155,20 @@ class RandomHSV(Augmentation):
 
     def apply(self, batch: Batch, params: Params) -> Batch:
         image_hw(batch.images)
-        if batch.images.shape[1] == 3 and _backend.use_opencv(batch.images):
+        if batch.images.shape[1] == 1:
+            return batch.replace(images=_on_grey(apply_hsv_gains, batch.images, params["gains"]))
+        if _backend.use_opencv(batch.images):
             from detfmt.augment._opencv import hsv_opencv  # cv2 and numpy on demand
 
             return batch.replace(images=hsv_opencv(batch.images, params["gains"]))
         return batch.replace(images=apply_hsv_gains(batch.images, params["gains"]))
+
+
+def _on_grey(colour_op: Callable[..., torch.Tensor], images: torch.Tensor,
+             *args: Any) -> torch.Tensor:
+    """A colour op on (B, 1, H, W) grey images: as the RGB image with three equal planes (hue
+    and saturation leave a grey pixel grey, so the planes stay equal), then one plane back."""
+    return colour_op(images.expand(-1, 3, -1, -1), *args)[:, :1].contiguous()
 
 
 def _grayscale(rgb: torch.Tensor) -> torch.Tensor:
@@ -226,7 +236,12 @@ class ColorJitter(Augmentation):
 
     def apply(self, batch: Batch, params: Params) -> Batch:
         image_hw(batch.images)
-        x = _to_255(batch.images) / 255.0
+        if batch.images.shape[1] == 1:
+            return batch.replace(images=_on_grey(self._jitter, batch.images, params))
+        return batch.replace(images=self._jitter(batch.images, params))
+
+    def _jitter(self, images: torch.Tensor, params: Params) -> torch.Tensor:
+        x = _to_255(images) / 255.0
         x = (x * params["brightness"][:, None, None, None]).clamp(0.0, 1.0)
         c = params["contrast"][:, None, None, None]
         mean = _grayscale(x).mean(dim=(1, 2, 3), keepdim=True)
@@ -235,7 +250,7 @@ class ColorJitter(Augmentation):
         x = (sat * x + (1.0 - sat) * _grayscale(x)).clamp(0.0, 1.0)
         if self.hue > 0:
             x = _adjust_hue(x, params["hue"])
-        return batch.replace(images=_from_255(x * 255.0, batch.images))
+        return _from_255(x * 255.0, images)
 
 
 class ToFloat(Augmentation):
@@ -265,13 +280,24 @@ class Normalize(Augmentation):
         dtype: torch.dtype = torch.float32,
     ) -> None:
         super().__init__()
-        if len(mean) != 3 or len(std) != 3 or any(float(s) <= 0 for s in std):
-            raise UsageError("mean and std need 3 values each, std > 0")
-        self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32).view(1, 3, 1, 1))
-        self.register_buffer("std", torch.tensor(std, dtype=torch.float32).view(1, 3, 1, 1))
+        if len(mean) != len(std) or len(mean) not in (1, 3) or any(float(s) <= 0 for s in std):
+            raise UsageError("mean and std need 3 values each (or 1 for every channel), std > 0")
+        channels = len(mean)
+        self.register_buffer(
+            "mean", torch.tensor(mean, dtype=torch.float32).view(1, channels, 1, 1)
+        )
+        self.register_buffer("std", torch.tensor(std, dtype=torch.float32).view(1, channels, 1, 1))
         self.dtype = dtype
 
     def apply(self, batch: Batch, params: Params) -> Batch:
+        channels = batch.images.shape[1] if batch.images.ndim == 4 else None
+        if self.mean.shape[1] != 1 and channels != self.mean.shape[1]:
+            # Broadcasting would silently turn a grey batch into three channels.
+            raise UsageError(
+                f"Normalize has {self.mean.shape[1]} means, the images have shape "
+                f"{tuple(batch.images.shape)}: give one mean and std per channel "
+                "(mean=(m,), std=(s,) for grey images)"
+            )
         x = batch.images.to(torch.float32)
         if batch.images.dtype == torch.uint8:
             x = x / 255.0

@@ -86,7 +86,9 @@ class Letterbox(GeometricTransform):
         r = torch.minimum(out_h / h, out_w / w)
         if not self.scaleup:
             r = r.clamp(max=1.0)
-        new_w, new_h = torch.round(w * r), torch.round(h * r)
+        # At least one pixel: a 2x300 image letterboxed to 48 would otherwise get a width of 0
+        # (a singular matrix).
+        new_w, new_h = torch.round(w * r).clamp_min(1), torch.round(h * r).clamp_min(1)
         left = torch.floor((out_w - new_w) / 2) if self.center else torch.zeros_like(new_w)
         top = torch.floor((out_h - new_h) / 2) if self.center else torch.zeros_like(new_h)
         sx, sy = new_w / w, new_h / h
@@ -312,7 +314,10 @@ class RandomIoUCrop(GeometricTransform):
             & (cy[:, None] < crops[..., 3:4])
             & state.mask[:, None]
         )
-        iou = torch.where(inside, _box_iou_with_crops(boxes, crops), -1.0).amax(dim=-1)
+        if boxes.shape[1]:
+            iou = torch.where(inside, _box_iou_with_crops(boxes, crops), -1.0).amax(dim=-1)
+        else:  # no box slots (a batch of images without boxes): no crop contains a centre
+            iou = torch.full(crops.shape[:2], -1.0, device=dev)
         ok &= inside.any(dim=-1) & (iou >= min_iou[:, None])
         first = torch.argmax(ok.to(torch.int8), dim=1)
         found = ok.any(dim=1) & (min_iou < 1.0)

@@ -40,9 +40,29 @@ def compact(batch: Batch, max_boxes: int | None = None, *, overflow: str = "rais
         boxes = torch.cat([boxes, boxes.new_zeros((len(batch), pad, 4))], dim=1)
         classes = torch.cat([classes, classes.new_full((len(batch), pad), -1)], dim=1)
         mask = torch.cat([mask, mask.new_zeros((len(batch), pad))], dim=1)
-    out = batch.replace(boxes=boxes, classes=classes, mask=mask)
+    extras = {
+        name: _compact_per_box(value, batch.mask.shape, order, pad)
+        for name, value in batch.extras.items()
+    }
     if overflow == "count":
-        out = out.replace(extras={**batch.extras, "boxes_cut": cut.to(torch.int64)})
+        extras["boxes_cut"] = cut.to(torch.int64)
+    return batch.replace(boxes=boxes, classes=classes, mask=mask, extras=extras)
+
+
+def _compact_per_box(
+    value: object, slots_shape: torch.Size, order: torch.Tensor, pad: int
+) -> object:
+    """A per-box extra ((B, M, ...) like the mask, e.g. the loader's ``iscrowd``) reordered
+    with the boxes and padded with zeros; anything else unchanged. Left in place, a per-box
+    field would describe other boxes once the valid ones move to the front."""
+    if not isinstance(value, torch.Tensor) or value.shape[:2] != slots_shape:
+        return value
+    index = order.view(*order.shape, *[1] * (value.ndim - 2)).expand(
+        *order.shape, *value.shape[2:]
+    )
+    out = torch.gather(value, 1, index.to(value.device))
+    if pad:
+        out = torch.cat([out, out.new_zeros((out.shape[0], pad, *out.shape[2:]))], dim=1)
     return out
 
 

@@ -303,3 +303,29 @@ def test_mosaic_reads_its_buffer_as_the_last_samples_pushed_only(path):
     assert want.boxes.shape[1] == 4 * 3  # the held samples' slots, not the evicted batch's 9
     for name in ("images", "boxes", "classes", "mask", "sizes"):
         assert torch.equal(getattr(got, name), getattr(want, name)), name
+
+
+@pytest.mark.parametrize("max_boxes", [None, 4, 9])
+def test_compact_moves_per_box_extras_with_their_boxes(max_boxes):
+    """The loader's per-box fields (``iscrowd``, ``ann_id``...) sit in ``extras`` as (B, M):
+    compaction reorders them with the boxes, so box i and field i still describe one object."""
+    batch = loader_like(5, 32, 32, 6, seed=43)
+    g = torch.Generator().manual_seed(3)
+    mask = batch.mask & (torch.rand(batch.mask.shape, generator=g) > 0.4)  # holes to close
+    ids = torch.arange(30, dtype=torch.int64).view(5, 6) + 1
+    batch = batch.replace(
+        boxes=torch.where(mask[..., None], batch.boxes, 0.0),
+        classes=torch.where(mask, batch.classes, -1),
+        mask=mask,
+        extras={"ann_id": torch.where(mask, ids, 0), "iscrowd": (ids % 2).to(torch.uint8),
+                "per_image": torch.arange(5)},
+    )
+    out = A.compact(batch, max_boxes=max_boxes)
+    slots = out.mask.shape[1]
+    assert out.extras["ann_id"].shape == (5, slots)
+    for b in range(5):
+        assert torch.equal(out.extras["ann_id"][b][out.mask[b]], ids[b][mask[b]])
+        crowd = (ids[b][mask[b]] % 2).to(torch.uint8)
+        assert torch.equal(out.extras["iscrowd"][b][out.mask[b]], crowd)
+        assert torch.equal(out.boxes[b][out.mask[b]], batch.boxes[b][mask[b]])
+    assert torch.equal(out.extras["per_image"], torch.arange(5))
