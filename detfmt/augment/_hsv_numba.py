@@ -76,17 +76,22 @@ def _pixel(r, g, b, hue_shift, sat_gain, val_gain):  # pragma: no cover
     t1 = vf * (one - sf)
     t2 = vf * _one_minus_product(sf, frac)
     t3 = vf * _one_minus_product(sf, one - frac)
-    if sector < 1:
-        return t0, t3, t1
-    if sector < 2:
-        return t2, t0, t1
-    if sector < 3:
-        return t1, t0, t3
-    if sector < 4:
-        return t1, t2, t0
-    if sector < 5:
-        return t3, t1, t0
-    return t0, t1, t2
+    # Each channel is t0 (max), t1 (min) or t2/t3 (the middle one) by sector, as OpenCV selects.
+    red = t0 if sector < 1 else (t2 if sector < 2 else (t1 if sector < 4 else
+                                                       (t3 if sector < 5 else t0)))
+    green = t3 if sector < 1 else (t0 if sector < 3 else (t2 if sector < 4 else t1))
+    blue = t1 if sector < 2 else (t3 if sector < 3 else (t0 if sector < 5 else t2))
+    return red, green, blue
+
+
+@njit(inline="always")
+def _rgba(word):  # pragma: no cover
+    """The r, g, b bytes of a little-endian RGBA word as float32 (32-bit integer steps: numba
+    widens ``word & 255`` to int64, which AVX2 converts to float only lane by lane)."""
+    low = np.uint32(255)
+    return (np.float32(np.int32(word & low)),
+            np.float32(np.int32((word >> np.uint32(8)) & low)),
+            np.float32(np.int32((word >> np.uint32(16)) & low)))
 
 
 @njit(inline="always")
@@ -102,9 +107,8 @@ def recolour_planar(src, channels, hue_shift, sat_gain, val_gain,
     if channels == 4:
         words = src.view(np.uint32)
         for p in range(n):
-            w = words[p]
-            r, g, b = _pixel(np.float32(w & 255), np.float32((w >> 8) & 255),
-                             np.float32((w >> 16) & 255), hue_shift, sat_gain, val_gain)
+            r, g, b = _rgba(words[p])
+            r, g, b = _pixel(r, g, b, hue_shift, sat_gain, val_gain)
             red[p] = _byte(r)
             green[p] = _byte(g)
             blue[p] = _byte(b)
@@ -125,9 +129,8 @@ def recolour_rgb(src, channels, hue_shift, sat_gain, val_gain, dst):  # pragma: 
     if channels == 4:
         words = src.view(np.uint32)
         for p in range(n):
-            w = words[p]
-            r, g, b = _pixel(np.float32(w & 255), np.float32((w >> 8) & 255),
-                             np.float32((w >> 16) & 255), hue_shift, sat_gain, val_gain)
+            r, g, b = _rgba(words[p])
+            r, g, b = _pixel(r, g, b, hue_shift, sat_gain, val_gain)
             dst[3 * p] = _byte(r)
             dst[3 * p + 1] = _byte(g)
             dst[3 * p + 2] = _byte(b)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import threading
+import warnings
 from typing import Any
 
 import numpy as np
@@ -42,10 +43,15 @@ def _load() -> tuple[Any, Any] | None:
         return None
     pixel = np.zeros(12, np.uint8)
     identity = np.array([0.0, 1.0, 1.0], np.float32)
-    for channels in (3, 4):  # resolve both signatures now (the cache lookup happens on a call)
-        source = pixel[: 3 * channels]
-        recolour_planar(source, channels, *identity, *np.zeros((3, 3), np.uint8))
-        recolour_rgb(source, channels, *identity, np.zeros(9, np.uint8))
+    try:  # resolve both signatures now (the cache lookup happens on a call)
+        for channels in (3, 4):
+            source = pixel[: 3 * channels]
+            recolour_planar(source, channels, *identity, *np.zeros((3, 3), np.uint8))
+            recolour_rgb(source, channels, *identity, np.zeros(9, np.uint8))
+    except Exception as error:  # a numba that cannot compile it: OpenCV still gives the bytes
+        warnings.warn(f"detfmt: the native HSV kernel did not compile ({error!r}); RandomHSV "
+                      "runs through OpenCV", RuntimeWarning, stacklevel=3)
+        return None
     return recolour_planar, recolour_rgb
 
 

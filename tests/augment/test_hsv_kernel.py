@@ -145,3 +145,16 @@ def test_opencv_only_when_asked(monkeypatch):
     assert _native._load() is None
     monkeypatch.delenv("DETFMT_HSV")
     assert _native._load() is not None
+
+
+def test_a_kernel_that_does_not_compile_falls_back_to_opencv(monkeypatch):
+    """A numba that cannot compile the kernel costs speed, never the augmentation: a warning,
+    then OpenCV."""
+    from detfmt.augment import _hsv_numba
+
+    def broken(*args):
+        raise RuntimeError("no such intrinsic")
+
+    monkeypatch.setattr(_hsv_numba, "recolour_planar", broken)
+    with pytest.warns(RuntimeWarning, match="did not compile"):
+        assert _native._load() is None
