@@ -188,20 +188,44 @@ def _far_corner_inside(quad: torch.Tensor, height: float, width: float) -> torch
     The clipped polygon's vertices are among: the quadrilateral's own vertices inside the box,
     the points where its edges cross the box's four sides, and the box's corners inside it.
     """
+    low = quad.new_tensor([0.0, 0.0])
+    high = quad.new_tensor([width, height])
+    if quad.device.type == "cpu" and not torch.compiler.is_compiling():  # host checks
+        if bool(_in_box(quad, low, high).all()):
+            return quad.amax(dim=1)  # the whole quadrilateral is inside
+        if _axis_aligned(quad):
+            return _far_corner_inside_rectangle(quad, low, high)
+    return _far_corner_inside_quad(quad, height, width)
+
+
+def _in_box(points: torch.Tensor, low: torch.Tensor, high: torch.Tensor) -> torch.Tensor:
+    tol = _EXTENT_TOLERANCE
+    return ((points >= low - tol) & (points <= high + tol)).all(dim=-1)
+
+
+def _axis_aligned(quad: torch.Tensor) -> bool:
+    """Whether every quadrilateral (vertices in order) is an axis-aligned rectangle (a scale
+    and translation, as in the default Ultralytics augmentation)."""
+    x, y = quad[..., 0], quad[..., 1]
+    return bool(((y[:, 0] == y[:, 1]) & (x[:, 1] == x[:, 2]) & (y[:, 2] == y[:, 3])
+                 & (x[:, 3] == x[:, 0])).all())
+
+
+def _far_corner_inside_rectangle(
+    quad: torch.Tensor, low: torch.Tensor, high: torch.Tensor
+) -> torch.Tensor:
+    """`_far_corner_inside` of axis-aligned rectangles: their far corner clamped to the box."""
+    tol = _EXTENT_TOLERANCE
+    near, far = quad.amin(dim=1), quad.amax(dim=1)
+    overlaps = ((far >= low - tol) & (near <= high + tol)).all(dim=-1, keepdim=True)
+    return torch.where(overlaps, far.clamp(min=low, max=high), 0.0)
+
+
+def _far_corner_inside_quad(quad: torch.Tensor, height: float, width: float) -> torch.Tensor:
+    """`_far_corner_inside` of any convex quadrilateral, in fixed-shape tensor steps."""
     tol = _EXTENT_TOLERANCE
     low = quad.new_tensor([0.0, 0.0])
     high = quad.new_tensor([width, height])
-
-    def in_box(points: torch.Tensor) -> torch.Tensor:
-        return ((points >= low - tol) & (points <= high + tol)).all(dim=-1)
-
-    corners_inside = in_box(quad)
-    if (
-        quad.device.type == "cpu"
-        and not torch.compiler.is_compiling()
-        and bool(corners_inside.all())
-    ):
-        return quad.amax(dim=1)  # the whole quadrilateral is inside (a host check, on CPU only)
     batch = quad.shape[0]
     start = quad
     step = quad.roll(-1, dims=1) - start  # edges (B, 4, 2)
@@ -211,7 +235,7 @@ def _far_corner_inside(quad: torch.Tensor, height: float, width: float) -> torch
     safe = torch.where(along == 0, torch.ones_like(along), along)
     t = (quad.new_tensor([0.0, width, 0.0, height]) - start[..., axes]) / safe
     crossing = start[:, :, None] + t[..., None] * step[:, :, None]
-    crossed = (along != 0) & (t >= 0) & (t <= 1) & in_box(crossing)
+    crossed = (along != 0) & (t >= 0) & (t <= 1) & _in_box(crossing, low, high)
     box = quad.new_tensor([[0.0, 0.0], [width, 0.0], [width, height], [0.0, height]])
     # A box corner is inside the convex quadrilateral when it is on the same side of all four
     # edges (either orientation: a flip reverses the order of the vertices).
@@ -220,7 +244,7 @@ def _far_corner_inside(quad: torch.Tensor, height: float, width: float) -> torch
     scale = step.abs().amax(dim=(1, 2)).clamp_min(1.0)[:, None, None] * tol
     inside = (cross >= -scale).all(dim=-1) | (cross <= scale).all(dim=-1)
     points = torch.cat([quad, crossing.view(batch, 16, 2), box.expand(batch, 4, 2)], dim=1)
-    keep = torch.cat([corners_inside, crossed.view(batch, 16), inside], dim=1)
+    keep = torch.cat([_in_box(quad, low, high), crossed.view(batch, 16), inside], dim=1)
     points = torch.where(keep[..., None], points.clamp(min=low, max=high), 0.0)
     return points.amax(dim=1)
 

@@ -161,3 +161,24 @@ def test_extent_of_a_rotated_region_cut_by_the_top_edge(backend):
     assert not content[h:].any() and not content[:, w:].any()
     assert w <= int(cols.max()) + 2 and h <= int(rows.max()) + 2
     assert w < 30 and not out.mask.any()
+
+
+def test_axis_aligned_extent_equals_the_general_clip():
+    """The scale-and-translate shortcut of the mapped extent gives what the clip of a general
+    quadrilateral gives: rectangles inside, across the edges, beyond them, flipped."""
+    from detfmt.augment._geometry import _far_corner_inside_quad, _far_corner_inside_rectangle
+
+    g = torch.Generator().manual_seed(5)
+    n = 4000
+    x0 = torch.rand(n, generator=g, dtype=torch.float64) * 240 - 80
+    y0 = torch.rand(n, generator=g, dtype=torch.float64) * 240 - 80
+    w = (torch.rand(n, generator=g, dtype=torch.float64) * 2 - 1) * 150  # < 0: flipped
+    h = (torch.rand(n, generator=g, dtype=torch.float64) * 2 - 1) * 150
+    x1, y1 = x0 + w, y0 + h
+    quad = torch.stack([x0, y0, x1, y0, x1, y1, x0, y1], dim=-1).view(n, 4, 2)
+    low = quad.new_tensor([0.0, 0.0])
+    high = quad.new_tensor([64.0, 48.0])
+    fast = _far_corner_inside_rectangle(quad, low, high)
+    general = _far_corner_inside_quad(quad, 48.0, 64.0)
+    assert torch.equal(fast, general)
+    assert (fast == 0).all(dim=-1).any() and (fast == high).all(dim=-1).any()  # both cases seen
