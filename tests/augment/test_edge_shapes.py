@@ -17,23 +17,6 @@ from detfmt.torch import Batch
 
 from ._helpers import make_batch
 
-try:
-    import cv2  # noqa: F401
-
-    BACKENDS = ["torch", "opencv"]
-except ImportError:  # pragma: no cover - the OpenCV backend is optional
-    BACKENDS = ["torch"]
-
-
-@pytest.fixture(params=BACKENDS)
-def backend(request):
-    previous = A.get_cpu_backend()
-    A.set_cpu_backend(request.param)
-    try:
-        yield request.param
-    finally:
-        A.set_cpu_backend(previous)
-
 
 def _thin_batch(height: int, width: int) -> Batch:
     """Two samples of a tall canvas, one of them 2 px wide, each with one box inside."""

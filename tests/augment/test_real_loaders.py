@@ -16,24 +16,8 @@ from detfmt.torch import Batch
 from ._helpers import make_batch
 from .test_mosaic import reference_mosaic4
 
-try:
-    import cv2  # noqa: F401
-
-    BACKENDS = ["torch", "opencv"]
-except ImportError:  # pragma: no cover - the OpenCV backend is optional
-    BACKENDS = ["torch"]
-
 CONTENT = 200  # pixel value of real content in the extent tests (padding 0, border 114)
 
-
-@pytest.fixture(params=BACKENDS)
-def backend(request):
-    previous = A.get_cpu_backend()
-    A.set_cpu_backend(request.param)
-    try:
-        yield request.param
-    finally:
-        A.set_cpu_backend(previous)
 
 
 def loader_like(batch: int, height: int, width: int, slots: int, seed: int) -> Batch:
