@@ -91,22 +91,26 @@ def test_validation_shares_of_ranks_cover_each_sample_once(chess_train, monkeypa
     assert shares == list(range(len(ds)))  # each sample once, the ranks' shares in order
 
 
-def test_training_batches_replay_after_a_resume(chess_train):
+@pytest.mark.parametrize("mosaic", [0.0, 1.0])
+def test_training_batches_replay_after_a_resume(chess_train, mosaic):
     """Augmentation runs in the loader's threads, re-seeded per batch: a loader resumed from a
-    state saved mid-epoch yields the batches the uninterrupted run yields."""
-    hyp = SimpleNamespace(**{**vars(HYP), "mosaic": 0.0})  # no buffer of earlier batches
+    state saved mid-epoch yields the batches the uninterrupted run yields, with Mosaic's
+    buffer of earlier samples too (refilled from the batches before the resume point)."""
+    hyp = SimpleNamespace(**{**vars(HYP), "mosaic": mosaic})
     full = _train_loader(chess_train, hyp=hyp)
-    expected = [out["img"].clone() for out in full]
+    expected = [(out["img"].clone(), out["bboxes"].clone()) for out in full]
     first = _train_loader(chess_train, hyp=hyp)
     it = iter(first)
-    head = [next(it)["img"].clone()]
+    out = next(it)
+    head = [(out["img"].clone(), out["bboxes"].clone())]
     state = first.state_dict()
     it.close()
     second = _train_loader(chess_train, hyp=hyp)
     second.load_state_dict(state)
-    got = head + [out["img"] for out in second]
+    got = head + [(out["img"], out["bboxes"]) for out in second]
     assert len(got) == len(expected) > 1
-    assert all(torch.equal(a, b) for a, b in zip(got, expected, strict=True))
+    for (img, boxes), (want_img, want_boxes) in zip(got, expected, strict=True):
+        assert torch.equal(img, want_img) and torch.equal(boxes, want_boxes)
 
 
 def test_close_mosaic_rebuilds_the_pipeline_without_mosaic(chess_train):
