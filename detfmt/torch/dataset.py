@@ -343,6 +343,7 @@ class RingDataLoader:
                     sizes=torch.as_tensor(sizes),
                     indices=torch.as_tensor(np.ascontiguousarray(indices)),
                     extras={name: torch.as_tensor(v) for name, v in fields.items()},
+                    box_fields=tuple(fields),  # the dataset's per-box fields, (B, M) each
                 )
         finally:
             if position < total:  # stopped early or failed: workers may still write into slots
