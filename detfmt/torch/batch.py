@@ -63,8 +63,8 @@ class Batch:
                 raise UsageError(
                     f"per-box field {name!r} (Batch.box_fields) must be an extras tensor of "
                     f"shape (B, M, ...) = {slots}..., got {shape}: a module that reorders, "
-                    "widens or drops box slots must carry the per-box extras with them "
-                    "(detfmt.augment.per_box)"
+                    "widens or drops box slots must move Batch.per_box() with them "
+                    "(docs/augment.md, Per-box extras)"
                 )
 
     def per_box(self) -> dict[str, torch.Tensor]:
