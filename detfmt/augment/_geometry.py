@@ -20,7 +20,7 @@ from detfmt.augment._base import Augmentation, Params, fill_for, image_hw
 from detfmt.augment._matrix import clip_boxes, eye, transform_boxes, transform_points
 from detfmt.augment._memory import empty_hwc
 from detfmt.augment._warp import warp_images
-from detfmt.augment.sanitize import BoxChange, BoxRule, drop_boxes, non_empty
+from detfmt.augment.sanitize import BoxChange, BoxRule, drop_boxes, keeps_moved_box
 from detfmt.errors import UsageError
 from detfmt.torch.batch import Batch
 
@@ -298,7 +298,8 @@ def apply_geometric(
 
     The image is resampled once through the product matrix (bilinear if any step asks for
     it); boxes go through the same product (4 corners -> min/max), are clipped to the output,
-    and are kept where they were valid, are non-empty and pass every step's box filter.
+    and are kept where they were valid, pass `keeps_moved_box` (the rule for boxes a module
+    moves) and every step's box filter; per-box extras stay with their slots.
     ``source`` (OpenCV backend only): the images to read, as a `TiledSource` (a deferred
     `Mosaic` canvas); ``batch.images`` then only gives the shape. ``recolor``: a `RandomHSV`
     that follows the warp, with its parameters or None to draw them (after the geometric
@@ -394,7 +395,7 @@ def _apply_geometric(
     after = transform_boxes(before, total.matrix)
     clipped = clip_boxes(after, *total.out_size)
     change = BoxChange(before, after, clipped, total.area_scale, total.out_size)
-    keep = non_empty(clipped)
+    keep = keeps_moved_box(after, clipped, total.out_size)
     for rule in rules:
         keep = keep & rule(change)
     out = drop_boxes(batch, keep, clipped)

@@ -18,7 +18,13 @@ from detfmt.augment._base import (
     image_hw,
 )
 from detfmt.augment._geometry import GeometricTransform, GeometryState, Plan, apply_geometric
-from detfmt.augment.sanitize import BoxRule, CenterInImage, UltralyticsCandidates
+from detfmt.augment.sanitize import (
+    BoxRule,
+    CenterInImage,
+    UltralyticsCandidates,
+    drop_boxes,
+    keeps_moved_box,
+)
 from detfmt.errors import UsageError
 from detfmt.torch.batch import Batch
 
@@ -220,6 +226,9 @@ class RandomFlip(GeometricTransform):
         flipped[..., i0] = extent - boxes[..., i1]
         flipped[..., i1] = extent - boxes[..., i0]
         take = (flip[:, None] & batch.mask)[..., None]
+        after = torch.where(take, flipped, boxes)
+        clipped = mx.clip_boxes(after, height, width)
+        out = drop_boxes(batch, keeps_moved_box(after, clipped, (height, width)), clipped)
         sizes = batch.sizes
         if sizes is not None:
             # A mirrored sample's content now ends at the canvas edge.
@@ -228,7 +237,7 @@ class RandomFlip(GeometricTransform):
             grown = sizes.clone()
             grown[:, axis] = full[axis]
             sizes = torch.where(flip.to(sizes.device)[:, None], grown, sizes)
-        return batch.replace(images=images, boxes=torch.where(take, flipped, boxes), sizes=sizes)
+        return out.replace(images=images, sizes=sizes)
 
 
 def _full_hw(state: GeometryState) -> tuple[torch.Tensor, torch.Tensor]:
@@ -381,6 +390,8 @@ class MultiScaleResize(Augmentation):
             out = out.to(images.dtype)
         factor = torch.tensor([new_w / width, new_h / height] * 2, device=batch.boxes.device)
         boxes = (batch.boxes * factor).to(batch.boxes.dtype)
+        clipped = mx.clip_boxes(boxes, new_h, new_w)
+        out_batch = drop_boxes(batch, keeps_moved_box(boxes, clipped, (new_h, new_w)), clipped)
         sizes = batch.sizes
         if sizes is not None:
             # The content edge lands at h * factor: the pixel it cuts still holds content.
@@ -388,4 +399,4 @@ class MultiScaleResize(Augmentation):
             limit = torch.tensor((new_h, new_w), dtype=torch.float64, device=sizes.device)
             scaled = torch.minimum(torch.ceil(scaled - 1e-6), limit).clamp_min(1)
             sizes = scaled.to(sizes.dtype)
-        return batch.replace(images=out, boxes=boxes, sizes=sizes)
+        return out_batch.replace(images=out, sizes=sizes)

@@ -25,8 +25,9 @@ from detfmt.augment._base import (
 from detfmt.augment._geometry import GeometryState, apply_geometric, mapped_extent
 from detfmt.augment._matrix import clip_boxes, eye, transform_boxes
 from detfmt.augment._memory import channels_last, empty_hwc
+from detfmt.augment._slots import where_kept
 from detfmt.augment.geometric import Letterbox
-from detfmt.augment.sanitize import non_empty
+from detfmt.augment.sanitize import keeps_moved_box
 from detfmt.errors import UsageError
 from detfmt.torch.batch import Batch
 
@@ -39,7 +40,8 @@ _CANVAS_CHUNK = 4
 
 
 class _RingBuffer(nn.Module):
-    """The last ``capacity`` samples (images, boxes, classes, mask, sizes) on the batch device.
+    """The last ``capacity`` samples (images, boxes, classes, mask, sizes and per-box extras)
+    on the batch device.
 
     Batches from a real loader differ in canvas size and box slots from one batch to the next:
     the buffer grows to the largest canvas and slot count seen (a sample keeps its pixels at the
@@ -63,6 +65,7 @@ class _RingBuffer(nn.Module):
         self.classes: torch.Tensor | None = None
         self.mask: torch.Tensor | None = None
         self.sizes: torch.Tensor | None = None
+        self.per_box: dict[str, torch.Tensor] = {}  # (capacity, slots, ...) per-box extras
 
     def _check_compatible(self, batch: Batch) -> None:
         """Shapes may change between batches; channels, dtypes and device may not."""
@@ -84,6 +87,13 @@ class _RingBuffer(nn.Module):
             raise UsageError(
                 f"Mosaic's buffer holds {self.boxes.dtype} boxes and {self.classes.dtype} "
                 f"classes, this batch has {batch.boxes.dtype} and {batch.classes.dtype}"
+            )
+        held_fields = {n: (v.dtype, tuple(v.shape[2:])) for n, v in self.per_box.items()}
+        fields = {n: (v.dtype, tuple(v.shape[2:])) for n, v in batch.per_box().items()}
+        if fields != held_fields:
+            raise UsageError(
+                f"Mosaic's buffer holds the per-box fields {held_fields}, this batch has "
+                f"{fields}: give every batch the same per-box fields (Batch.box_fields)"
             )
 
     def _allocate(self, batch: Batch, height: int, width: int, slots: int) -> None:
@@ -113,6 +123,10 @@ class _RingBuffer(nn.Module):
         new_classes = batch.classes.new_full((n, slots), -1)
         new_mask = batch.mask.new_zeros((n, slots))
         new_sizes = torch.zeros((n, 2), dtype=torch.int64, device=images.device)
+        new_per_box = {
+            name: value.new_zeros((n, slots, *value.shape[2:]))
+            for name, value in batch.per_box().items()
+        }
         if self.boxes is not None:
             assert self.classes is not None and self.mask is not None and self.sizes is not None
             old_m = self.boxes.shape[1]
@@ -120,7 +134,10 @@ class _RingBuffer(nn.Module):
             new_classes[:, :old_m].copy_(self.classes)
             new_mask[:, :old_m].copy_(self.mask)
             new_sizes.copy_(self.sizes)
+            for name, value in self.per_box.items():
+                new_per_box[name][:, :old_m].copy_(value)
         self.boxes, self.classes = new_boxes, new_classes
+        self.per_box = new_per_box
         self.mask, self.sizes = new_mask, new_sizes
 
     def push(self, batch: Batch, sizes: torch.Tensor) -> None:
@@ -141,6 +158,7 @@ class _RingBuffer(nn.Module):
             (self.classes[:, :slots], batch.classes),
             (self.mask[:, :slots], batch.mask),
             (self.sizes, sizes.to(self.sizes.dtype)),
+            *((self.per_box[name][:, :slots], value) for name, value in batch.per_box().items()),
         )
         # Sample j goes to slot (cursor + j) % capacity; only the last `capacity` samples
         # survive. At most two contiguous runs of slots: slice copies, not an index_put (for 32
@@ -160,6 +178,8 @@ class _RingBuffer(nn.Module):
             self.boxes[lo:hi, slots:] = 0
             self.classes[lo:hi, slots:] = -1
             self.mask[lo:hi, slots:] = False
+            for value in self.per_box.values():
+                value[lo:hi, slots:] = 0
             self.held_slots[lo:hi] = [slots] * (hi - lo)
         self.cursor = (self.cursor + len(batch)) % self.capacity
         self.filled = min(self.capacity, self.filled + len(batch))
@@ -288,13 +308,16 @@ class Mosaic(Augmentation):
 
     def _gather(
         self, batch: Batch, tiles: torch.Tensor, with_images: bool
-    ) -> tuple[torch.Tensor, ...]:
-        """[images (B, 4, TH, TW, C),] boxes, classes, mask (B, 4, M, ...), sizes (B, 4, 2).
+    ) -> tuple[tuple[torch.Tensor, ...], dict[str, torch.Tensor]]:
+        """[images (B, 4, TH, TW, C),] boxes, classes, mask (B, 4, M, ...), sizes (B, 4, 2),
+        and the per-box extras (B, 4, M, ...) by name.
 
         With a buffer, the batch and the buffer are widened to common box slots (and, for the
         images, a common tile canvas TH x TW): they differ when batches do.
         """
         sizes = _content_sizes(batch)
+        per_box = batch.per_box()
+        names = list(per_box)
         fields = [batch.boxes, batch.classes, batch.mask, sizes]
         if with_images:
             fields.insert(0, batch.images.permute(0, 2, 3, 1))
@@ -317,6 +340,8 @@ class Mosaic(Augmentation):
                 _pad_slots(buf.mask[:n, :held_m], slots, False),
                 buf.sizes[:n],
             ]
+            fields += [_pad_slots(per_box[name], slots, 0) for name in names]
+            extra += [_pad_slots(buf.per_box[name][:n, :held_m], slots, 0) for name in names]
             if with_images:
                 held = buf.images[:n].permute(0, 2, 3, 1)
                 tile_h = max(fields[0].shape[1], held.shape[1])
@@ -330,8 +355,11 @@ class Mosaic(Augmentation):
             for a, b in zip(fields, extra, strict=True):
                 shape = (*tiles.shape, *[1] * (a.ndim - 1))
                 out.append(torch.where(in_batch.view(shape), a[local], b[remote].to(a.dtype)))
-            return tuple(out)
-        return tuple(f[tiles] for f in fields)
+        else:
+            fields += [per_box[name] for name in names]
+            out = [f[tiles] for f in fields]
+        split = len(out) - len(names)
+        return tuple(out[:split]), dict(zip(names, out[split:], strict=True))
 
     def _by_slices(self, batch: Batch) -> bool:
         """Eager CPU copies rectangles (exact, cheap); elsewhere one static-shape gather."""
@@ -428,7 +456,7 @@ class Mosaic(Augmentation):
         """
         height, width = self._tile_hw(batch)
         tiles, center, chosen = params["tiles"], params["center"], params["apply"]
-        gathered = self._gather(batch, tiles, with_images=with_images)
+        gathered, per_box = self._gather(batch, tiles, with_images=with_images)
         images = gathered[0] if with_images else tiles
         boxes, classes, mask, sizes = gathered[-4:]
         scale = None
@@ -444,14 +472,20 @@ class Mosaic(Augmentation):
         ox = torch.where(chosen[:, None], ox, solo_x.expand(-1, 4))
         oy = torch.where(chosen[:, None], oy, solo_y.expand(-1, 4))
         shift = torch.stack([ox, oy, ox, oy], dim=-1).to(boxes.dtype)[:, :, None]
-        moved = clip_boxes(boxes + shift, 2 * height, 2 * width)
+        shifted = boxes + shift
+        moved = clip_boxes(shifted, 2 * height, 2 * width)
         used = torch.ones_like(chosen[:, None]).expand(-1, 4).clone()
         used[:, 1:] = chosen[:, None]
-        keep = mask & used[..., None] & non_empty(moved)
+        canvas_hw = (2 * height, 2 * width)
+        keep = mask & used[..., None] & keeps_moved_box(shifted, moved, canvas_hw)
         bsz, m = boxes.shape[0], boxes.shape[2]
         keep = keep.reshape(bsz, 4 * m)
         moved = moved.reshape(bsz, 4 * m, 4)
         classes = classes.reshape(bsz, 4 * m)
+        # Per-box extras go where their boxes go: tile q's slot j is canvas slot q * M + j.
+        per_box = {
+            name: value.reshape(bsz, 4 * m, *value.shape[3:]) for name, value in per_box.items()
+        }
         # The real extent: the right and lower edges of the tiles placed (clipped to the canvas).
         right = torch.where(used, (ox + w).clamp(max=2 * width), 0).amax(dim=1)
         bottom = torch.where(used, (oy + h).clamp(max=2 * height), 0).amax(dim=1)
@@ -465,6 +499,7 @@ class Mosaic(Augmentation):
             classes=torch.where(keep, classes, torch.full_like(classes, -1)),
             mask=keep,
             sizes=sizes_out,
+            extras={**batch.extras, **where_kept(per_box, keep)},
         )
         return out, (images, ox, oy, h, w, xc, yc, chosen, center, scale)
 
@@ -667,10 +702,18 @@ class MixUp(Augmentation):
         sizes = batch.sizes
         if sizes is not None:
             sizes = torch.where(chosen[:, None], torch.maximum(sizes, sizes[partner]), sizes)
+        # The partner's per-box extras come with its boxes, in the added slots.
+        per_box = batch.per_box()
+        theirs = where_kept({name: value[partner] for name, value in per_box.items()}, other_mask)
+        extras = {
+            **batch.extras,
+            **{name: torch.cat([value, theirs[name]], dim=1) for name, value in per_box.items()},
+        }
         return batch.replace(
             images=images,
             boxes=torch.cat([batch.boxes, other_boxes.to(batch.boxes.dtype)], dim=1),
             classes=torch.cat([batch.classes, other_classes], dim=1),
             mask=torch.cat([batch.mask, other_mask], dim=1),
             sizes=sizes,
+            extras=extras,
         )

@@ -14,6 +14,7 @@ import torch
 
 from detfmt.augment._base import Augmentation, Params, image_hw
 from detfmt.augment._matrix import clip_boxes
+from detfmt.augment._slots import where_kept
 from detfmt.errors import UsageError
 from detfmt.torch.batch import Batch
 
@@ -139,19 +140,45 @@ class AllOf:
 
 
 def drop_boxes(batch: Batch, keep: torch.Tensor, boxes: torch.Tensor) -> Batch:
-    """Write ``boxes`` where ``keep & mask``, padding elsewhere (boxes 0, class -1)."""
+    """Write ``boxes`` where ``keep & mask``, padding elsewhere (boxes 0, class -1, per-box
+    extras 0); slots keep their places, so per-box extras stay with their boxes."""
     keep = keep & batch.mask
     return batch.replace(
         boxes=torch.where(keep[..., None], boxes, torch.zeros_like(boxes)).to(batch.boxes.dtype),
         classes=torch.where(keep, batch.classes, torch.full_like(batch.classes, -1)),
         mask=keep,
+        extras={**batch.extras, **where_kept(batch.per_box(), keep)},
     )
 
 
-def non_empty(boxes: torch.Tensor) -> torch.Tensor:
-    """w > 0 and h > 0: a zero-area box is never kept."""
-    w, h = _wh(boxes)
-    return (w > 0) & (h > 0)
+def keeps_moved_box(
+    after: torch.Tensor, clipped: torch.Tensor, image_size: tuple[int, int]
+) -> torch.Tensor:
+    """The one rule for boxes a module moves (every module that moves boxes applies it): (B, M)
+    True where the box still describes something in the output image.
+
+    - A box with positive width and height after the move is kept while its part inside the
+      image (``clipped``) has positive width and height: one cut down to a line or a point has
+      left the image.
+    - A zero-area box (zero width or height after the move; SPEC allows them) is kept while it
+      touches the image (its clipped form is then itself, or the part of a line inside): the
+      module did not make it degenerate, the annotation is.
+
+    Modules may drop more with their own box filters (e.g. Ultralytics' ``box_candidates``
+    drops boxes 2 px wide or less), never fewer.
+    """
+    height, width = image_size
+    w, h = _wh(after)
+    wc, hc = _wh(clipped)
+    visible = (wc > 0) & (hc > 0)
+    degenerate = ((w == 0) & (h >= 0)) | ((h == 0) & (w >= 0))
+    touches = (
+        (after[..., 0] <= width)
+        & (after[..., 2] >= 0)
+        & (after[..., 1] <= height)
+        & (after[..., 3] >= 0)
+    )
+    return visible | (degenerate & touches)
 
 
 class SanitizeBoxes(Augmentation):
@@ -178,5 +205,5 @@ class SanitizeBoxes(Augmentation):
             area_scale=torch.ones(boxes.shape[0], device=boxes.device),
             image_size=(height, width),
         )
-        keep = non_empty(clipped) & self.rule(change)
+        keep = keeps_moved_box(boxes, clipped, (height, width)) & self.rule(change)
         return drop_boxes(batch, keep, clipped)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from detfmt.augment._base import image_hw
+from detfmt.augment._slots import gather_slots, pad_slots, where_kept
 from detfmt.errors import TooManyBoxesError, UsageError
 from detfmt.torch.batch import Batch
 
@@ -13,6 +14,8 @@ OVERFLOW_MODES = ("raise", "count")
 
 def compact(batch: Batch, max_boxes: int | None = None, *, overflow: str = "raise") -> Batch:
     """Move valid boxes to the front (stable) and keep ``max_boxes`` slots (default: as many).
+
+    Per-box extras (``batch.box_fields``) move with their boxes; other extras stay as they are.
 
     A sample with more valid boxes than ``max_boxes`` is never cut silently:
     ``overflow="raise"`` (default) raises `TooManyBoxesError` naming the sample (this reads
@@ -40,30 +43,11 @@ def compact(batch: Batch, max_boxes: int | None = None, *, overflow: str = "rais
         boxes = torch.cat([boxes, boxes.new_zeros((len(batch), pad, 4))], dim=1)
         classes = torch.cat([classes, classes.new_full((len(batch), pad), -1)], dim=1)
         mask = torch.cat([mask, mask.new_zeros((len(batch), pad))], dim=1)
-    extras = {
-        name: _compact_per_box(value, batch.mask.shape, order, pad)
-        for name, value in batch.extras.items()
-    }
+    per_box = where_kept(gather_slots(batch.per_box(), order), mask[:, :take])
+    extras = {**batch.extras, **{name: pad_slots(v, max_boxes) for name, v in per_box.items()}}
     if overflow == "count":
         extras["boxes_cut"] = cut.to(torch.int64)
     return batch.replace(boxes=boxes, classes=classes, mask=mask, extras=extras)
-
-
-def _compact_per_box(
-    value: object, slots_shape: torch.Size, order: torch.Tensor, pad: int
-) -> object:
-    """A per-box extra ((B, M, ...) like the mask, e.g. the loader's ``iscrowd``) reordered
-    with the boxes and padded with zeros; anything else unchanged. Left in place, a per-box
-    field would describe other boxes once the valid ones move to the front."""
-    if not isinstance(value, torch.Tensor) or value.shape[:2] != slots_shape:
-        return value
-    index = order.view(*order.shape, *[1] * (value.ndim - 2)).expand(
-        *order.shape, *value.shape[2:]
-    )
-    out = torch.gather(value, 1, index.to(value.device))
-    if pad:
-        out = torch.cat([out, out.new_zeros((out.shape[0], pad, *out.shape[2:]))], dim=1)
-    return out
 
 
 def _raise_too_many(batch: Batch, counts: torch.Tensor, max_boxes: int) -> None:

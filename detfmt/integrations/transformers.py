@@ -8,6 +8,11 @@ the batch, as the processors pad to the largest image), and per image a ``labels
 normalised by the padded canvas (the processors rescale them to the padded size when they pad),
 ``size`` (the canvas, [H, W]), ``orig_size`` (the image before any resize, [h, w]), ``image_id``,
 ``area`` and ``iscrowd``. transformers itself is not imported.
+
+Like transformers' COCO preparation (``prepare_coco_detection_annotation``, shared by the DETR
+family's processors), crowd annotations (``iscrowd`` = 1) and boxes without positive width and
+height are left out of the targets by default (``iscrowd`` is then all 0, as theirs); each
+``labels`` dict counts what was removed (``removed_crowd``, ``removed_degenerate``).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import Any
 import torch
 
 from detfmt.errors import UsageError
+from detfmt.integrations._objects import crowd_flags, image_objects
 from detfmt.torch.batch import Batch
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -31,6 +37,8 @@ def to_hf_detection(
     image_mean: Sequence[float] = IMAGENET_MEAN,
     image_std: Sequence[float] = IMAGENET_STD,
     orig_sizes: torch.Tensor | None = None,
+    drop_crowd: bool = True,
+    drop_degenerate: bool = True,
 ) -> dict[str, Any]:
     """Model inputs and ``labels`` for a transformers detection model from a `Batch`.
 
@@ -41,6 +49,10 @@ def to_hf_detection(
             (DETR, Deformable DETR, Conditional DETR); RT-DETR's processor does not (False).
         orig_sizes: (B, 2) size of each image before resizing (e.g. ``ds.sizes[indices]``);
             default the extent.
+        drop_crowd: leave out boxes whose per-box ``iscrowd`` (``batch.box_fields``) is set,
+            as transformers' processors do; False keeps them, flagged in ``iscrowd``.
+        drop_degenerate: leave out boxes without positive width and height, as the processors
+            do after clipping; False keeps them.
 
     Returns:
         ``{"pixel_values", "pixel_mask", "labels"}`` as transformers' processors return them;
@@ -78,21 +90,18 @@ def to_hf_detection(
     if tuple(orig_sizes.shape) != (bsz, 2):
         raise UsageError(f"orig_sizes must be ({bsz}, 2), got {tuple(orig_sizes.shape)}")
     scale = torch.tensor([width, height, width, height], dtype=torch.float32, device=device)
-    iscrowd = batch.extras.get("iscrowd")
+    crowd = crowd_flags(batch)
     labels = []
     for i in range(bsz):
-        keep = batch.mask[i]
-        xyxy = batch.boxes[i][keep].to(torch.float32)
+        objects = image_objects(
+            batch, i, crowd, drop_crowd=drop_crowd, drop_degenerate=drop_degenerate
+        )
+        xyxy = objects.boxes.to(device)
         wh = xyxy[:, 2:] - xyxy[:, :2]
         cxcywh = torch.cat([xyxy[:, :2] + wh / 2, wh], dim=1) / scale
-        crowd = (
-            iscrowd[i][keep].to(torch.int64)
-            if isinstance(iscrowd, torch.Tensor) and iscrowd.shape[:2] == batch.mask.shape
-            else torch.zeros(int(keep.sum()), dtype=torch.int64, device=device)
-        )
         labels.append(
             {
-                "class_labels": batch.classes[i][keep].to(torch.int64),
+                "class_labels": objects.classes.to(device),
                 "boxes": cxcywh,
                 "size": torch.tensor([height, width], dtype=torch.int64, device=device),
                 "orig_size": orig_sizes[i].to(device),
@@ -100,7 +109,9 @@ def to_hf_detection(
                     [int(batch.indices[i]) if batch.indices is not None else i], device=device
                 ),
                 "area": wh[:, 0] * wh[:, 1],
-                "iscrowd": crowd,
+                "iscrowd": objects.iscrowd.to(device),
+                "removed_crowd": objects.removed_crowd.to(device),
+                "removed_degenerate": objects.removed_degenerate.to(device),
             }
         )
     return {"pixel_values": pixels, "pixel_mask": pixel_mask, "labels": labels}
@@ -113,6 +124,8 @@ class HFDetectionCollator:
     ``detfmt.augment`` pipeline) if given, and returns `to_hf_detection`'s dict, so a
     ``torch.utils.data.DataLoader`` or ``transformers.Trainer`` feeds the model directly.
     ``dataset`` (a detfmt dataset), when given, supplies ``orig_size`` from ``ds.sizes``.
+    ``drop_crowd`` and ``drop_degenerate`` are `to_hf_detection`'s (the items carry the
+    dataset's per-box fields, ``iscrowd`` among them).
     """
 
     def __init__(
@@ -123,8 +136,12 @@ class HFDetectionCollator:
         image_mean: Sequence[float] = IMAGENET_MEAN,
         image_std: Sequence[float] = IMAGENET_STD,
         dataset: Any = None,
+        drop_crowd: bool = True,
+        drop_degenerate: bool = True,
     ) -> None:
         self.transform = transform
+        self.drop_crowd = drop_crowd
+        self.drop_degenerate = drop_degenerate
         self.normalize = normalize
         self.image_mean = tuple(image_mean)
         self.image_std = tuple(image_std)
@@ -150,4 +167,6 @@ class HFDetectionCollator:
             image_mean=self.image_mean,
             image_std=self.image_std,
             orig_sizes=orig_sizes,
+            drop_crowd=self.drop_crowd,
+            drop_degenerate=self.drop_degenerate,
         )

@@ -5,6 +5,12 @@ users can build one by hand. Images are uint8 (B, 3, H, W) (usually a channels_l
 HWC buffer) until an augmentation converts them to float; boxes are xyxy in continuous pixel
 coordinates of the image as stored in the batch (pixel i spans [i, i + 1)); padding slots have
 mask False, zero boxes and class -1.
+
+Per-box extras (the dataset's per-box fields, e.g. ``iscrowd`` and ``ann_id``) are declared by
+name in ``box_fields``: each is a (B, M, ...) tensor in ``extras`` whose slot i describes box i,
+so every module that reorders, widens or drops box slots moves them with the boxes. The
+declaration, not the shape, says what is per-box: a per-image (B, 2) extra in a batch with 2
+box slots is not mistaken for one.
 """
 
 from __future__ import annotations
@@ -13,6 +19,8 @@ import dataclasses
 from typing import Any
 
 import torch
+
+from detfmt.errors import UsageError
 
 
 @dataclasses.dataclass
@@ -27,6 +35,11 @@ class Batch:
         sizes: (B, 2) int32 (height, width) of each image's valid region, or None.
         indices: (B,) int64 dataset indices of the samples, or None.
         extras: other per-sample or per-box tensors (e.g. ``"iscrowd"``), or augmentation params.
+        box_fields: names of the ``extras`` that are per-box: (B, M, ...) tensors aligned with
+            the box slots (padding slots 0). The loader declares the dataset's per-box fields.
+            Checked on construction: a per-box extra whose slots disagree with ``mask`` (a
+            module that widened the boxes and not it) is a `UsageError`, never a silent
+            misalignment.
     """
 
     images: torch.Tensor
@@ -36,6 +49,27 @@ class Batch:
     sizes: torch.Tensor | None = None
     indices: torch.Tensor | None = None
     extras: dict[str, Any] = dataclasses.field(default_factory=dict)
+    box_fields: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        self.box_fields = tuple(self.box_fields)
+        if not self.box_fields:
+            return
+        slots = tuple(self.mask.shape)
+        for name in self.box_fields:
+            value = self.extras.get(name)
+            if not isinstance(value, torch.Tensor) or tuple(value.shape[:2]) != slots:
+                shape = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value)
+                raise UsageError(
+                    f"per-box field {name!r} (Batch.box_fields) must be an extras tensor of "
+                    f"shape (B, M, ...) = {slots}..., got {shape}: a module that reorders, "
+                    "widens or drops box slots must move Batch.per_box() with them "
+                    "(docs/augment.md, Per-box extras)"
+                )
+
+    def per_box(self) -> dict[str, torch.Tensor]:
+        """The per-box extras (``box_fields``), by name."""
+        return {name: self.extras[name] for name in self.box_fields}
 
     def __len__(self) -> int:
         return int(self.images.shape[0])
@@ -60,4 +94,5 @@ class Batch:
             sizes=move(self.sizes),
             indices=move(self.indices),
             extras={key: move(value) for key, value in self.extras.items()},
+            box_fields=self.box_fields,
         )

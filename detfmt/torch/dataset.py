@@ -56,7 +56,8 @@ class _Reopen:
 
 
 class DetectionDataset(tud.Dataset):
-    """Map-style dataset of samples: ``{"image", "boxes", "classes", "index", "size"}`` tensors.
+    """Map-style dataset of samples: ``{"image", "boxes", "classes", "index", "size"}`` tensors,
+    and ``"box_fields"``: the dataset's per-box fields (``iscrowd``, ``ann_id``...), (K,) each.
 
     ``image`` is (H, W, 3) uint8 (or (3, H, W) with ``layout="CHW"``), a copy the caller owns.
     """
@@ -85,6 +86,10 @@ class DetectionDataset(tud.Dataset):
             "classes": torch.from_numpy(np.asarray(sample.classes, dtype=np.int32)),
             "index": torch.tensor(sample.index, dtype=torch.int64),
             "size": torch.tensor([h, w], dtype=torch.int32),
+            "box_fields": {
+                f.name: torch.from_numpy(np.array(sample.fields[f.name]))
+                for f in self.ds.schema.box_fields
+            },
         }
 
 
@@ -106,14 +111,20 @@ def collate(samples: Sequence[dict[str, torch.Tensor]], pad_value: int = 0) -> B
     boxes = torch.zeros((len(samples), m, 4), dtype=torch.float32)
     classes = torch.full((len(samples), m), -1, dtype=torch.int32)
     mask = torch.zeros((len(samples), m), dtype=torch.bool)
+    names = list(samples[0].get("box_fields", {}))
+    fields = {name: torch.zeros((len(samples), m), dtype=samples[0]["box_fields"][name].dtype)
+              for name in names}  # padding slots 0, as the Loader's
     for j, s in enumerate(samples):
         k = int(s["boxes"].shape[0])
         boxes[j, :k] = s["boxes"]
         classes[j, :k] = s["classes"]
         mask[j, :k] = True
+        for name in names:
+            fields[name][j, :k] = s["box_fields"][name]
     return Batch(
         images=images.permute(0, 3, 1, 2), boxes=boxes, classes=classes, mask=mask,
         sizes=sizes, indices=torch.stack([s["index"] for s in samples]),
+        extras=fields, box_fields=tuple(names),  # the dataset's per-box fields
     )
 
 
@@ -343,6 +354,7 @@ class RingDataLoader:
                     sizes=torch.as_tensor(sizes),
                     indices=torch.as_tensor(np.ascontiguousarray(indices)),
                     extras={name: torch.as_tensor(v) for name, v in fields.items()},
+                    box_fields=tuple(fields),  # the dataset's per-box fields, (B, M) each
                 )
         finally:
             if position < total:  # stopped early or failed: workers may still write into slots

@@ -579,6 +579,7 @@ class Loader:
             sizes=torch.from_numpy(job.sizes),
             indices=_tensor(job.indices),
             extras={name: _tensor(value) for name, value in fields.items()},
+            box_fields=tuple(fields),  # the dataset's per-box fields, (B, M) each
         )
 
     def _to_device(self, batch: Batch, slot: Slot) -> Batch:

@@ -35,9 +35,17 @@ def reference_mosaic4(tiles, tile_boxes, xc: int, yc: int, s_hw):
         padw, padh = x1a - x1b, y1a - y1b
         out_boxes.append(boxes + np.array([padw, padh, padw, padh], dtype=np.float32))
     boxes = np.concatenate(out_boxes, 0)
+    shifted = boxes.copy()
     boxes[:, [0, 2]] = boxes[:, [0, 2]].clip(0, 2 * sw)
     boxes[:, [1, 3]] = boxes[:, [1, 3]].clip(0, 2 * sh)
     good = (boxes[:, 2] - boxes[:, 0] > 0) & (boxes[:, 3] - boxes[:, 1] > 0)
+    # Ultralytics' remove_zero_area_boxes also drops boxes that had zero area before the
+    # mosaic; detfmt keeps those while they touch the canvas (its one rule for zero-area boxes,
+    # docs/augment.md); the affine that follows in yolo_train drops them as Ultralytics does.
+    w, h = shifted[:, 2] - shifted[:, 0], shifted[:, 3] - shifted[:, 1]
+    touches = (shifted[:, 0] <= 2 * sw) & (shifted[:, 2] >= 0)
+    touches &= (shifted[:, 1] <= 2 * sh) & (shifted[:, 3] >= 0)
+    good |= ((w == 0) | (h == 0)) & (w >= 0) & (h >= 0) & touches
     return img4, boxes[good], extent
 
 

@@ -303,6 +303,7 @@ def test_compact_moves_per_box_extras_with_their_boxes(max_boxes):
         mask=mask,
         extras={"ann_id": torch.where(mask, ids, 0), "iscrowd": (ids % 2).to(torch.uint8),
                 "per_image": torch.arange(5)},
+        box_fields=("ann_id", "iscrowd"),
     )
     out = A.compact(batch, max_boxes=max_boxes)
     slots = out.mask.shape[1]

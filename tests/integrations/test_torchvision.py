@@ -63,3 +63,27 @@ def test_recipe_trains_and_the_loss_falls(chess_train):
     losses = run_recipe("torchvision", train_path=chess_train, STEPS=6)["losses"]
     assert len(losses) == 12 and all(x == x for x in losses)
     assert falling(losses), losses
+
+
+def test_crowd_and_zero_area_boxes_do_not_reach_the_model_unless_asked():
+    """torchvision's R-CNN raises on boxes without positive width and height; the default
+    targets leave them (and crowd boxes, as the reference training does) out, counted."""
+    import torchvision
+
+    from .test_crowd_and_degenerate import crowd_batch
+
+    batch = crowd_batch()
+    batch = batch.replace(images=torch.randint(0, 255, batch.images.shape, dtype=torch.uint8))
+    torch.manual_seed(0)
+    model = torchvision.models.detection.fasterrcnn_mobilenet_v3_large_320_fpn(
+        weights=None, weights_backbone=None, num_classes=7, min_size=64, max_size=64
+    )
+    model.train()
+    images, targets = to_torchvision(batch)
+    assert [int(t["removed_crowd"]) for t in targets] == [2, 0]
+    assert [int(t["removed_degenerate"]) for t in targets] == [1, 1]
+    losses = model(images, targets)
+    assert all(torch.isfinite(v) for v in losses.values())
+    images, targets = to_torchvision(batch, drop_degenerate=False)
+    with pytest.raises(AssertionError, match="positive height and width"):
+        model(images, targets)

@@ -95,3 +95,26 @@ def test_recipe_trains_detr_and_the_loss_falls(chess_train):
     losses = run_recipe("transformers", train_path=chess_train, STEPS=5)["losses"]
     assert len(losses) == 10
     assert falling(losses), losses
+
+
+def test_crowd_and_zero_area_boxes_are_left_out_as_transformers_processors_do():
+    """transformers' ``prepare_coco_detection_annotation`` drops crowd annotations, then boxes
+    without positive width and height: ours hold the same objects, and count the rest."""
+    from .test_crowd_and_degenerate import MASK, crowd_batch
+
+    batch = crowd_batch()
+    batch = batch.replace(images=torch.randint(0, 255, batch.images.shape, dtype=torch.uint8))
+    ours = to_hf_detection(batch)
+    images, annotations = _processor_inputs(batch)
+    for i, image in enumerate(annotations):
+        for slot, obj in enumerate(image["annotations"]):
+            obj["iscrowd"] = int(batch.extras["iscrowd"][i][slot])
+    processor = transformers.DetrImageProcessor(do_resize=False, do_pad=True)
+    theirs = processor(images=images, annotations=annotations, return_tensors="pt")
+    for i, (mine, ref) in enumerate(zip(ours["labels"], theirs["labels"], strict=True)):
+        assert torch.equal(mine["class_labels"], ref["class_labels"])
+        torch.testing.assert_close(mine["boxes"], ref["boxes"], rtol=0, atol=1e-6)
+        assert torch.equal(mine["iscrowd"], ref["iscrowd"])
+        removed = int(mine["removed_crowd"]) + int(mine["removed_degenerate"])
+        assert len(ref["class_labels"]) + removed == int(MASK[i].sum())
+    assert sum(int(t["removed_crowd"]) for t in ours["labels"]) == 2
