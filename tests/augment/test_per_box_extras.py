@@ -16,19 +16,10 @@ import detfmt.augment as A
 from detfmt.errors import UsageError
 from detfmt.torch import Batch, Loader
 
-from .test_real_loaders import BACKENDS, loader_like
+from .test_real_loaders import loader_like
 
 FIELDS = ("ann_id", "iscrowd")
 
-
-@pytest.fixture(params=BACKENDS)
-def backend(request):
-    previous = A.get_cpu_backend()
-    A.set_cpu_backend(request.param)
-    try:
-        yield request.param
-    finally:
-        A.set_cpu_backend(previous)
 
 
 def ann_id_of(k: torch.Tensor) -> torch.Tensor:

@@ -11,17 +11,7 @@ import detfmt.augment as A
 from detfmt.augment._base import Augmentation
 from detfmt.torch import Batch
 
-from .test_real_loaders import BACKENDS, loader_like
-
-
-@pytest.fixture(params=BACKENDS)
-def backend(request):
-    previous = A.get_cpu_backend()
-    A.set_cpu_backend(request.param)
-    try:
-        yield request.param
-    finally:
-        A.set_cpu_backend(previous)
+from .test_real_loaders import loader_like
 
 
 def with_thin_boxes(batch: Batch, width: float) -> Batch:
