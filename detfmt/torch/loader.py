@@ -58,7 +58,7 @@ from detfmt.torch._history import (
 from detfmt.torch._ring import BufferRing, Slot
 from detfmt.torch._stage import TransformStage, augment_seed, find_generators
 from detfmt.torch.batch import Batch
-from detfmt.torch.threads import configure_thread, default_transform_threads
+from detfmt.torch.threads import configure_thread
 
 __all__ = ["Loader", "default_rank_world", "open_dataset"]
 
@@ -161,9 +161,7 @@ class Loader:
         indices: read only these samples (a subset, in place: nothing is copied), shuffled
             each epoch unless ``shuffle=False`` or ``order="sequential"``.
         transform_threads: torch and OpenCV-backend threads of each loader thread (default:
-            the cores shared out among the loader threads, at most 8 each: more threads than
-            cores only add switching and spinning), independent of the trainer's
-            ``torch.set_num_threads``.
+            all cores, at most 8), independent of the trainer's ``torch.set_num_threads``.
         transform_reseed: re-seed the transform's generators from (seed, epoch, batch position)
             so a resumed run repeats the same augmentation parameters (default True).
     """
@@ -264,7 +262,7 @@ class Loader:
         height, width = self.canvas or (0, 0)  # buffers grow to what the batches need
         self.ring = BufferRing(batch_size * height * width * 3, pin=self.pin_memory)
         self.transform_threads = int(transform_threads if transform_threads is not None
-                                     else default_transform_threads(self.num_threads))
+                                     else min(8, os.cpu_count() or 1))
         self.transform_reseed = bool(transform_reseed)
         self._generators: list[torch.Generator] = []
         # (transform, epoch, position) the transform's carried samples are exactly up to

@@ -9,12 +9,11 @@ the loader starts calls `configure_thread` once; every other thread keeps its ow
 
 from __future__ import annotations
 
-import os
 import threading
 
 import torch
 
-__all__ = ["configure_thread", "default_transform_threads", "thread_budget"]
+__all__ = ["configure_thread", "thread_budget"]
 
 _local = threading.local()
 
@@ -32,13 +31,3 @@ def thread_budget() -> int | None:
     """The budget `configure_thread` gave this thread, or None (a thread detfmt did not start:
     callers use torch's count of this thread)."""
     return getattr(_local, "budget", None)
-
-
-def default_transform_threads(loader_threads: int, cores: int | None = None) -> int:
-    """Threads each of ``loader_threads`` loader threads gets for its transform: the cores
-    shared out among them (at least 1, at most 8). Each loader thread already augments whole
-    batches in parallel with the others; giving each all the cores oversubscribes them, and on
-    a small machine the switching and OpenMP spin-waits cost more CPU per image than the extra
-    threads save."""
-    cores = cores if cores is not None else (os.cpu_count() or 1)
-    return max(1, min(8, cores // max(1, int(loader_threads))))

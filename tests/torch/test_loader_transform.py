@@ -285,21 +285,3 @@ def test_cuda_transform_runs_on_the_loader_stream_and_matches_cpu(make_any):
     assert len(set(streams)) == 1 and streams[0] != torch.cuda.default_stream().cuda_stream
     for a, b in zip(cpu, gpu, strict=True):
         assert torch.equal(a.images, b.images.cpu()) and torch.equal(a.boxes, b.boxes.cpu())
-
-
-def test_default_transform_threads_share_the_cores_among_loader_threads(make_any, monkeypatch):
-    """Loader threads x transform threads stays within the cores (oversubscribing a small
-    machine costs CPU per image in switching and spin-waits), at least 1 and at most 8 each."""
-    from detfmt.torch.threads import default_transform_threads
-
-    assert default_transform_threads(2, cores=2) == 1
-    assert default_transform_threads(1, cores=2) == 2
-    assert default_transform_threads(4, cores=32) == 8
-    assert default_transform_threads(3, cores=16) == 5
-    assert default_transform_threads(8, cores=4) == 1
-    assert default_transform_threads(1, cores=64) == 8
-    monkeypatch.setattr("os.cpu_count", lambda: 2)
-    ds = make_any(varied_shapes(8))
-    assert Loader(ds, 4, num_threads=2).transform_threads == 1
-    assert Loader(ds, 4, num_threads=1).transform_threads == 2
-    assert Loader(ds, 4, num_threads=2, transform_threads=3).transform_threads == 3
