@@ -250,8 +250,10 @@ class DetfmtYoloLoader:
     """Ultralytics-format batches from a detfmt dataset (what ``get_dataloader`` returns).
 
     One `detfmt.torch.Loader` gathers, augments and converts each batch in its own threads
-    (``threads`` of them, each with ``threads`` torch/OpenCV threads, whatever Ultralytics set
-    with ``torch.set_num_threads``), in epoch order, overlapping the training step. Training:
+    (``threads`` of them, each with a pool of ``threads`` OpenCV-backend threads for the
+    pixels, whatever Ultralytics set with ``torch.set_num_threads``, and one torch thread: the
+    preset's torch ops are bookkeeping, where idle OpenMP threads only spin), in epoch order,
+    overlapping the training step. Training:
     shuffled, each rank its share of every global batch (rank and world size from
     ``torch.distributed`` under Ultralytics' DDP), the `yolo_train` preset built from the run's
     hyperparameters (rebuilt by ``reset()`` after ``close_mosaic``), its parameters re-seeded
@@ -283,11 +285,13 @@ class DetfmtYoloLoader:
         if augment:
             self.loader = Loader(dataset.ds, self.batch_size, shuffle=True, seed=self.seed,
                                  rank=rank, world_size=world_size, num_threads=workers,
-                                 transform_threads=workers, prefetch=prefetch)
+                                 transform_threads=workers, torch_threads=1,
+                                 prefetch=prefetch)
         else:
             self.loader = Loader(dataset.ds, self.batch_size, order=_validation_order(dataset.ds),
                                  rank=0, world_size=1, drop_last=False, num_threads=workers,
-                                 transform_threads=workers, prefetch=prefetch)
+                                 transform_threads=workers, torch_threads=1,
+                                 prefetch=prefetch)
         self.drop_last = bool(self.loader.drop_last)
         self.sampler = _RankSampler(self)
         self.batches = AugmentedBatches(self.loader, None, self.to_batch_dict)

@@ -162,6 +162,10 @@ class Loader:
             each epoch unless ``shuffle=False`` or ``order="sequential"``.
         transform_threads: torch and OpenCV-backend threads of each loader thread (default:
             all cores, at most 8), independent of the trainer's ``torch.set_num_threads``.
+        torch_threads: torch's intra-op threads of each loader thread, where they should differ
+            from ``transform_threads`` (default: the same). 1 suits a transform whose pixel work
+            is the OpenCV backend's per-sample pool: its torch ops are then bookkeeping on a few
+            hundred numbers, where OpenMP's idle threads spin between them and cost CPU.
         transform_reseed: re-seed the transform's generators from (seed, epoch, batch position)
             so a resumed run repeats the same augmentation parameters (default True).
     """
@@ -199,6 +203,7 @@ class Loader:
         transform_threads: int | None = None,
         transform_reseed: bool = True,
         indices: Sequence[int] | np.ndarray | None = None,
+        torch_threads: int | None = None,
     ) -> None:
         if layout not in ("CHW", "HWC"):
             raise UsageError(f"layout must be 'CHW' or 'HWC', got {layout!r}")
@@ -206,7 +211,8 @@ class Loader:
             raise UsageError(f"io must be one of {IO_MODES}, got {io!r}")
         for name, value, low in (("num_threads", num_threads, 1), ("prefetch", prefetch, 1),
                                  ("prefetch_shards", prefetch_shards, 0),
-                                 ("transform_threads", transform_threads, 1)):
+                                 ("transform_threads", transform_threads, 1),
+                                 ("torch_threads", torch_threads, 1)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                       or value < low):
                 raise UsageError(f"{name} must be an int >= {low}, got {value!r}")
@@ -263,6 +269,7 @@ class Loader:
         self.ring = BufferRing(batch_size * height * width * 3, pin=self.pin_memory)
         self.transform_threads = int(transform_threads if transform_threads is not None
                                      else min(8, os.cpu_count() or 1))
+        self.torch_threads = int(torch_threads) if torch_threads is not None else None
         self.transform_reseed = bool(transform_reseed)
         self._generators: list[torch.Generator] = []
         # (transform, epoch, position) the transform's carried samples are exactly up to
@@ -366,7 +373,7 @@ class Loader:
         follower = self.ds.follow(batches, self.prefetch_shards)
         pool = cf.ThreadPoolExecutor(self.num_threads, thread_name_prefix="detfmt-loader",
                                      initializer=configure_thread,
-                                     initargs=(self.transform_threads,))
+                                     initargs=(self.transform_threads, self.torch_threads))
         pending: deque[cf.Future] = deque()
         stop = threading.Event()
         staged = self._transform is not None or self.convert is not None

@@ -18,13 +18,14 @@ __all__ = ["configure_thread", "thread_budget"]
 _local = threading.local()
 
 
-def configure_thread(threads: int) -> None:
-    """Give the calling thread ``threads`` torch intra-op threads and the same budget for the
-    augmentation's per-sample pool (`thread_budget`)."""
+def configure_thread(threads: int, torch_threads: int | None = None) -> None:
+    """Give the calling thread a budget of ``threads`` for the augmentation's per-sample pool
+    (`thread_budget`) and ``torch_threads`` (default: ``threads``) torch intra-op threads."""
     threads = max(1, int(threads))
     _local.budget = threads
-    if torch.get_num_threads() != threads:
-        torch.set_num_threads(threads)  # OpenMP: this thread's count only
+    intra = max(1, int(torch_threads)) if torch_threads is not None else threads
+    if torch.get_num_threads() != intra:
+        torch.set_num_threads(intra)  # OpenMP: this thread's count only
 
 
 def thread_budget() -> int | None:

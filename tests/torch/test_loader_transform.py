@@ -84,6 +84,10 @@ def test_thread_counts_are_the_loaders_not_the_trainers(make_any):
         list(Loader(ds, 4, num_threads=2, transform=probe, transform_threads=3))
         assert seen and set(seen) == {(3, 3, 3)}
         assert torch.get_num_threads() == 1 and thread_budget() is None  # the trainer's own
+        seen.clear()  # torch's own count apart from the per-sample pool's
+        list(Loader(ds, 4, num_threads=2, transform=probe, transform_threads=3, torch_threads=2))
+        assert seen and set(seen) == {(2, 3, 3)}
+        assert torch.get_num_threads() == 1 and thread_budget() is None
     finally:
         torch.set_num_threads(before)
 
