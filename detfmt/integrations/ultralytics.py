@@ -45,6 +45,7 @@ from detfmt.augment.compose import to_memory_format
 from detfmt.augment.presets import yolo_train, yolo_val
 from detfmt.augment.targets import to_ultralytics
 from detfmt.errors import UsageError
+from detfmt.integrations._objects import crowd_flags
 from detfmt.integrations.pipeline import AugmentedBatches
 from detfmt.order import SubsetOrder
 from detfmt.torch.batch import Batch
@@ -353,8 +354,10 @@ class DetfmtYoloLoader:
         """Nothing to stop between passes (the trainer calls this before rebuilding)."""
 
     def to_batch_dict(self, batch: Batch) -> dict[str, Any]:
-        """Ultralytics' collated batch from an augmented `Batch`."""
-        targets = to_ultralytics(batch)
+        """Ultralytics' collated batch from an augmented `Batch`. Crowd boxes (a per-box
+        ``iscrowd`` field, as COCO conversions carry) are left out of the targets, as
+        Ultralytics' own COCO conversion leaves them out of its label files."""
+        targets = to_ultralytics(_without_crowd(batch))
         indices = batch.indices.tolist() if batch.indices is not None else [None] * len(batch)
         stored = np.asarray(self.dataset.ds.sizes)
         height, width = batch.images.shape[-2:]
@@ -377,6 +380,15 @@ class DetfmtYoloLoader:
             "resized_shape": tuple((int(height), int(width)) for _ in indices),
             "ratio_pad": tuple(ratio_pad),
         }
+
+
+def _without_crowd(batch: Batch) -> Batch:
+    """``batch`` with its crowd boxes (``iscrowd`` != 0) masked out of the valid boxes."""
+    flags = crowd_flags(batch)
+    if flags is None:
+        return batch
+    crowd = flags.to(device=batch.mask.device) != 0
+    return batch.replace(mask=batch.mask & ~crowd)
 
 
 def _nchw(images: torch.Tensor) -> torch.Tensor:

@@ -174,3 +174,27 @@ def test_preset_defaults_are_ultralytics_defaults():
 
     cfg = get_cfg()
     assert {name: getattr(cfg, name) for name in yolo_hyp_defaults()} == yolo_hyp_defaults()
+
+
+def test_crowd_boxes_are_left_out_of_the_targets(chess_train):
+    """A per-box ``iscrowd`` (COCO conversions carry one) keeps crowd boxes out of the loss's
+    targets, as Ultralytics' own COCO conversion keeps them out of its label files."""
+    loader = _train_loader(chess_train)
+    pairs = loader.batches
+    pairs.convert = lambda b: b
+    batch = next(iter(pairs))
+    assert int(batch.mask.sum()) >= 2
+    crowd = torch.zeros(batch.mask.shape, dtype=torch.uint8)
+    first = batch.mask.nonzero()[0]
+    crowd[first[0], first[1]] = 1  # one valid box marked crowd
+    extras = {k: v for k, v in batch.extras.items() if k not in batch.box_fields}
+    fields = {k: batch.extras[k] for k in batch.box_fields}
+    marked = batch.replace(extras={**extras, **fields, "iscrowd": crowd},
+                           box_fields=tuple(dict.fromkeys((*batch.box_fields, "iscrowd"))))
+    plain = loader.to_batch_dict(batch)
+    out = loader.to_batch_dict(marked)
+    assert len(out["cls"]) == len(plain["cls"]) - 1
+    kept = torch.ones(len(plain["cls"]), dtype=torch.bool)
+    kept[0] = False  # the first valid box, in slot order
+    assert torch.equal(out["bboxes"], plain["bboxes"][kept])
+    assert torch.equal(out["cls"], plain["cls"][kept])
