@@ -53,6 +53,17 @@ def _pool() -> ThreadPoolExecutor:
         return _POOL
 
 
+def _forget_pool_in_child() -> None:
+    """A forked child (a DataLoader worker) has none of its parent's threads: the inherited
+    pool would queue work that no thread ever runs. It starts its own on first use."""
+    global _POOL, _POOL_LOCK
+    _POOL = None
+    _POOL_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool_in_child)
+
+
 def _thread_count(requested: int | None, nbytes: int, samples: int) -> int:
     if requested is not None:
         if isinstance(requested, bool) or not isinstance(requested, int) or requested < 1:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import mmap
+import os
 import sys
 import threading
 
@@ -56,6 +57,14 @@ class _Reused:
 
 
 _reused = _Reused()
+
+
+def _new_lock_in_child() -> None:
+    """A forked child gets a fresh lock (a parent thread may have held it at the fork)."""
+    _reused.lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_lock_in_child)
 
 
 def reused_empty(shape: tuple[int, ...]) -> torch.Tensor:

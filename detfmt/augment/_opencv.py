@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import itertools
 import math
+import os
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -28,6 +29,17 @@ from detfmt.augment._native import lut_parameters, recolour
 
 _pool_lock = threading.Lock()
 _pools: dict[int, ThreadPoolExecutor] = {}
+
+
+def _forget_pools_in_child() -> None:
+    """A forked child has none of its parent's threads: the inherited pools would queue work
+    that no thread runs (a hang). It starts its own on first use."""
+    global _pool_lock
+    _pool_lock = threading.Lock()
+    _pools.clear()
+
+
+os.register_at_fork(after_in_child=_forget_pools_in_child)
 
 
 def _cv2() -> Any:
