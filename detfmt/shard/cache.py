@@ -56,6 +56,16 @@ _verified: dict[str, tuple[int, int, int, int]] = {}
 _verified_lock = threading.Lock()
 
 
+def _new_lock_in_child() -> None:
+    """A forked child gets a fresh lock: a parent thread (a prefetch) may hold it at the fork,
+    and nothing in the child would ever release it."""
+    global _verified_lock
+    _verified_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_lock_in_child)
+
+
 def default_cache_dir() -> str:
     """The per-user cache directory (see the module docstring)."""
     explicit = os.environ.get("DETFMT_CACHE_DIR")

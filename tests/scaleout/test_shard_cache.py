@@ -234,3 +234,20 @@ def test_fetch_over_http_range_server(tmp_path):
         with open(cache.fetch(shards[1]), "rb") as f:
             assert xxhash.xxh3_64_hexdigest(f.read()) == shards[1].xxh3_64
         cache.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_child_forked_while_the_parent_holds_the_verified_lock_still_fetches(tmp_path):
+    """A fork while a parent thread is inside the verified-files lock (a prefetch checking a
+    file): the child's own fetches must not wait on a lock no thread of it will release."""
+    from detfmt.shard import cache as cache_module
+
+    remote, shards = make_remote(tmp_path, n=2)
+    with cache_module._verified_lock:  # held across the fork, as by a parent's prefetch
+        pool = mp.get_context("fork").Pool(1)
+    try:
+        results = pool.map_async(_fetch_in_child, [(tmp_path, remote, shards)]).get(timeout=60)
+    finally:
+        pool.terminate()
+        pool.join()
+    assert results[0][0] == len(shards) and not any(results[0][1])  # downloaded, not empty
