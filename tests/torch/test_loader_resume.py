@@ -57,9 +57,8 @@ def assert_same(got: list, want: list) -> None:
             assert x.shape == y.shape and torch.equal(x, y), f"batch {k}: {name} differs"
 
 
-def stopped_at(ds, make, threads: int, k: int) -> tuple[list, dict]:
-    """The first k batches of a run (across epochs) and the state saved right after them."""
-    loader = Loader(ds, BATCH, seed=5, num_threads=threads, prefetch=3, transform=make())
+def first_batches(loader: Loader, k: int) -> tuple[list, dict]:
+    """The first k batches of ``loader`` (across epochs) and the state saved right after them."""
     got: list = []
     while len(got) < k:
         it = iter(loader)
@@ -69,6 +68,12 @@ def stopped_at(ds, make, threads: int, k: int) -> tuple[list, dict]:
                 it.close()  # batches gathered (and augmented) ahead are dropped
                 break
     return got, loader.state_dict()
+
+
+def stopped_at(ds, make, threads: int, k: int) -> tuple[list, dict]:
+    """The first k batches of a run and the state saved right after them."""
+    return first_batches(
+        Loader(ds, BATCH, seed=5, num_threads=threads, prefetch=3, transform=make()), k)
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -190,15 +195,7 @@ def test_each_rank_refills_from_its_own_share(ds, k):
                       transform=yolo())
 
     whole = run(make_loader(), EPOCHS)
-    loader = make_loader()
-    head: list = []
-    while len(head) < k:
-        it = iter(loader)
-        for batch in it:
-            head.append(snapshot(batch))
-            if len(head) == k:
-                it.close()
-                break
+    head, state = first_batches(make_loader(), k)
     resumed = make_loader(seed=0)
-    resumed.load_state_dict(loader.state_dict())
+    resumed.load_state_dict(state)
     assert_same(head + run(resumed, EPOCHS - k // 2), whole)
