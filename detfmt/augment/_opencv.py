@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from detfmt.augment._memory import channels_last, reused_empty
-from detfmt.augment._native import lut_parameters, recolour
+from detfmt.augment._native import lut_parameters, recolour, recolour_kernels
 
 _pool_lock = threading.Lock()
 _pools: dict[int, ThreadPoolExecutor] = {}
@@ -629,6 +629,8 @@ def _hsv_tables(gains: torch.Tensor) -> tuple[np.ndarray, np.ndarray, list[list[
     identity = np.arange(256, dtype=np.uint8)
     used = ~(tables[:, :, :180] == identity[:180]).all(axis=-1)
     used[:, 1:] |= ~(tables[:, 1:, 180:] == identity[180:]).all(axis=-1)
+    if recolour_kernels() is None:  # OpenCV recolours: no closed forms to look for
+        return np.full((len(tables), 3), np.nan, np.float32), tables, used.tolist()
     return lut_parameters(values, tables), tables, used.tolist()
 
 

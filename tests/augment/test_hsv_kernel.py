@@ -3,12 +3,16 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import torch
 
 cv2 = pytest.importorskip("cv2")
 pytest.importorskip("numba")
+if os.environ.get("DETFMT_HSV", "").lower() == "opencv":
+    pytest.skip("DETFMT_HSV=opencv turns the kernel off", allow_module_level=True)
 
 from detfmt.augment import _native  # noqa: E402
 from detfmt.augment._opencv import _hsv_into, _hsv_tables, hsv_luts  # noqa: E402
