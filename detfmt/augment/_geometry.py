@@ -154,6 +154,7 @@ def mapped_extent(
     matrix: torch.Tensor,
     out_size: tuple[int, int],
     dtype: torch.dtype = torch.int32,
+    affine: bool = False,
 ) -> torch.Tensor:
     """(B, 2) (h, w) of the top-left region of the output that holds every real pixel.
 
@@ -162,7 +163,8 @@ def mapped_extent(
     extent reaches to the rightmost and lowest point of its part inside the output, rounded up
     to whole pixels. Pixels outside it are border only. (The mapped corners alone would
     overstate it when a rotated or sheared region leaves the output through its top or bottom
-    edge.) At least one pixel, so a crop to it is never empty.
+    edge.) At least one pixel, so a crop to it is never empty. ``affine``: every matrix's last
+    row is 0 0 1 (`transform_points`).
     """
     batch = matrix.shape[0]
     if sizes is None:
@@ -173,7 +175,7 @@ def mapped_extent(
     corners = torch.stack(  # in order around the region: (0, 0), (w, 0), (w, h), (0, h)
         [zeros, zeros, hw[:, 1], zeros, hw[:, 1], hw[:, 0], zeros, hw[:, 0]], dim=-1
     ).view(batch, 4, 2)
-    quad = transform_points(corners, matrix.to(torch.float64))
+    quad = transform_points(corners, matrix.to(torch.float64), affine)
     out_h, out_w = out_size
     far = _far_corner_inside(quad, float(out_h), float(out_w))
     width = torch.ceil(far[:, 0] - _EXTENT_TOLERANCE).clamp(1, out_w)
@@ -369,6 +371,7 @@ def _apply_geometric(
             hsv_params = module.sample(batch)
         module.last_params = hsv_params
     interpolation = "bilinear" if any(s.interpolation == "bilinear" for s in steps) else "nearest"
+    affine_only = all(s.affine_only for s in steps)
     warp = warp_images
     options: dict[str, Any] = {}
     opencv = source is not None or _backend.use_opencv(batch.images)
@@ -388,11 +391,11 @@ def _apply_geometric(
         fill=fill_for(batch.images, steps[0].fill),
         interpolation=interpolation,
         sizes=batch.sizes,
-        affine_only=all(s.affine_only for s in steps),
+        affine_only=affine_only,
         **options,
     )
     before = batch.boxes.to(torch.float32)
-    after = transform_boxes(before, total.matrix)
+    after = transform_boxes(before, total.matrix, affine_only)
     clipped = clip_boxes(after, *total.out_size)
     change = BoxChange(before, after, clipped, total.area_scale, total.out_size)
     keep = keeps_moved_box(after, clipped, total.out_size)
@@ -400,7 +403,9 @@ def _apply_geometric(
         keep = keep & rule(change)
     out = drop_boxes(batch, keep, clipped)
     dtype = batch.sizes.dtype if batch.sizes is not None else torch.int32
-    sizes = mapped_extent(batch.sizes, image_hw(batch.images), total.matrix, total.out_size, dtype)
+    sizes = mapped_extent(
+        batch.sizes, image_hw(batch.images), total.matrix, total.out_size, dtype, affine_only
+    )
     device = batch.sizes.device if batch.sizes is not None else batch.images.device
     out = out.replace(images=images, sizes=sizes.to(device))
     if recolor is not None and "hsv" not in options:

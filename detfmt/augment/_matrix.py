@@ -93,12 +93,18 @@ def box_corners(boxes: torch.Tensor) -> torch.Tensor:
     return torch.stack([x1, y1, x2, y2, x1, y2, x2, y1], dim=-1).unflatten(-1, (4, 2))
 
 
-def transform_points(points: torch.Tensor, matrix: torch.Tensor) -> torch.Tensor:
-    """Map (B, N, 2) points through (B, 3, 3), with the perspective divide."""
+def transform_points(
+    points: torch.Tensor, matrix: torch.Tensor, affine: bool = False
+) -> torch.Tensor:
+    """Map (B, N, 2) points through (B, 3, 3), with the perspective divide (``affine``: the
+    caller knows every last row is 0 0 1, so w is exactly 1 and the divide is left out)."""
     # Elementwise, not [x, y, 1] @ M.T: the same numbers where the matmul rounds each product
     # (1 * c is exact), without the concatenation and a batched matmul of K = 3, which cost
     # more than the arithmetic on the few hundred points of a batch on CPU.
     x, y = points[..., 0:1], points[..., 1:2]
+    if affine:
+        rows = matrix[:, None, :2]
+        return x * rows[..., 0] + y * rows[..., 1] + rows[..., 2]
     homogeneous = x * matrix[:, None, :, 0] + y * matrix[:, None, :, 1] + matrix[:, None, :, 2]
     w = homogeneous[..., 2:3]
     # Points on or behind the horizon (w <= 0) have no image; keep them finite and far away.
@@ -106,11 +112,14 @@ def transform_points(points: torch.Tensor, matrix: torch.Tensor) -> torch.Tensor
     return homogeneous[..., :2] / w
 
 
-def transform_boxes(boxes: torch.Tensor, matrix: torch.Tensor) -> torch.Tensor:
-    """(B, M, 4) xyxy through (B, 3, 3): the min/max of the 4 mapped corners (unclipped)."""
+def transform_boxes(
+    boxes: torch.Tensor, matrix: torch.Tensor, affine: bool = False
+) -> torch.Tensor:
+    """(B, M, 4) xyxy through (B, 3, 3): the min/max of the 4 mapped corners (unclipped);
+    ``affine`` as in `transform_points`."""
     batch, slots = boxes.shape[:2]
     corners = box_corners(boxes.to(matrix.dtype)).reshape(batch, slots * 4, 2)
-    mapped = transform_points(corners, matrix).reshape(batch, slots, 4, 2)
+    mapped = transform_points(corners, matrix, affine).reshape(batch, slots, 4, 2)
     low = mapped.amin(dim=2)
     high = mapped.amax(dim=2)
     return torch.cat([low, high], dim=-1)

@@ -83,6 +83,8 @@ def lut_parameters(gains: np.ndarray, tables: np.ndarray) -> np.ndarray:
         exact = (got == tables[:, 1:]).all(axis=-1) & ~found
         params[:, 1:][exact] = candidate[exact]
         found |= exact
+        if found.all():  # the nearest float32 gain nearly always is the one
+            break
     return params
 
 

@@ -51,6 +51,8 @@ def _cv2() -> Any:
 def _for_each_sample(count: int, fn: Callable[[int], None]) -> None:
     """Run ``fn(i)`` for every sample on torch's thread count (`pool_threads`), OpenCV at 1 thread.
 
+    The calling thread works too, beside ``threads - 1`` pool threads, each taking the next
+    sample until none is left: one hand-off per helper and call, not one future per sample.
     OpenCV's thread count is process-global: it is 1 while any thread runs here and restored
     when the last one leaves (`opencv_single_threaded`), so other OpenCV users, like the
     benchmark's reference side, keep their own setting.
@@ -66,16 +68,48 @@ def _for_each_sample(count: int, fn: Callable[[int], None]) -> None:
                     fn(i)
             return
         with _pool_lock:
-            pool = _pools.get(threads)
+            pool = _pools.get(threads - 1)
             if pool is None:
-                pool = _pools[threads] = ThreadPoolExecutor(threads, "detfmt-augment-cv")
+                pool = _pools[threads - 1] = ThreadPoolExecutor(threads - 1, "detfmt-augment-cv")
+        _share_samples(pool, threads - 1, count, fn)
 
-        def with_scratch(i: int) -> None:
-            with _borrowed_scratch():
-                fn(i)
 
-        for _ in pool.map(with_scratch, range(count)):
-            pass
+def _share_samples(
+    pool: ThreadPoolExecutor, helpers: int, count: int, fn: Callable[[int], None]
+) -> None:
+    """``fn`` over range(count) by this thread and ``helpers`` pool tasks; after a failure no
+    one takes another sample, and the first error is raised once every taker has stopped."""
+    taken = iter(range(count))
+    lock = threading.Lock()
+    failed = threading.Event()
+
+    def work() -> None:
+        with _borrowed_scratch():
+            while not failed.is_set():
+                with lock:
+                    i = next(taken, None)
+                if i is None:
+                    return
+                try:
+                    fn(i)
+                except BaseException:
+                    failed.set()
+                    raise
+
+    futures = [pool.submit(work) for _ in range(helpers)]
+    error: BaseException | None = None
+    try:
+        work()
+    except BaseException as mine:
+        error = mine
+    for future in futures:
+        if future.cancel():  # never started: the samples are all taken
+            continue
+        failure = future.exception()
+        if error is None and failure is not None:
+            error = failure
+    if error is not None:
+        raise error
 
 
 def _hwc(images: torch.Tensor) -> np.ndarray:

@@ -527,8 +527,11 @@ class Mosaic(Augmentation):
             device=boxes.device,
         )
         plan = self.resize.plan(state, {})
-        moved = transform_boxes(flat_boxes, plan.matrix).to(boxes.dtype).view_as(boxes)
-        extent = mapped_extent(flat_sizes, self.resize.size, plan.matrix, plan.out_size)
+        affine = self.resize.affine_only
+        moved = transform_boxes(flat_boxes, plan.matrix, affine).to(boxes.dtype).view_as(boxes)
+        extent = mapped_extent(
+            flat_sizes, self.resize.size, plan.matrix, plan.out_size, affine=affine
+        )
         scale = torch.stack([plan.matrix[:, 0, 0], plan.matrix[:, 1, 1]], dim=-1)
         if with_images:
             tile_h, tile_w, channels = images.shape[2:]

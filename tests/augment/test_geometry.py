@@ -291,3 +291,21 @@ def test_state_boxes_are_mapped_step_by_step_on_read():
         assert len(state.moves) == 1  # nothing was read since the last step
         assert torch.equal(state.boxes, expected)
         assert state.moves == ()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_affine_box_mapping_equals_the_homogeneous_one_bit_for_bit(dtype):
+    """`transform_boxes(..., affine=True)` leaves out the divide by w = 1: same bits."""
+    g = torch.Generator().manual_seed(3)
+    boxes = torch.rand((6, 9, 4), generator=g) * 700 - 50
+    boxes = torch.cat([boxes[..., :2].minimum(boxes[..., 2:]),
+                       boxes[..., :2].maximum(boxes[..., 2:])], dim=-1)
+    matrix = mx.rotation_scale(torch.rand(6, generator=g) * 90 - 45,
+                               torch.rand(6, generator=g) + 0.5).to(dtype)
+    matrix[:, :2, 2] = torch.rand((6, 2), generator=g).to(dtype) * 100
+    general = mx.transform_boxes(boxes, matrix)
+    assert torch.equal(mx.transform_boxes(boxes, matrix, affine=True), general)
+    skewed = matrix.clone()
+    skewed[:, 2, 0] = 1e-3  # not affine: the flag is a promise the caller must keep
+    assert not torch.equal(mx.transform_boxes(boxes, skewed, affine=True),
+                           mx.transform_boxes(boxes, skewed))

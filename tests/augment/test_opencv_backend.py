@@ -381,3 +381,37 @@ def test_hsv_tables_are_ultralytics_luts():
         assert needed[0] == (np.floor(r[0] * 180) != 0)
         assert needed[1:] == [not np.array_equal(t, x.astype(np.uint8)) for t in table[1:]]
     assert used[0] == [False, False, False]
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_every_sample_runs_once_across_the_caller_and_the_pool(monkeypatch, threads):
+    """The caller and its pool threads share the samples: each index exactly once, and an
+    error in any of them reaches the caller after every taker has stopped."""
+    import threading
+
+    from detfmt.augment import _opencv
+
+    monkeypatch.setattr(_backend, "pool_threads", lambda: threads)
+    seen, names, lock = [], set(), threading.Lock()
+
+    def record(i):
+        with lock:
+            seen.append(i)
+            names.add(threading.current_thread().name)
+
+    _opencv._for_each_sample(40, record)
+    assert sorted(seen) == list(range(40))
+    assert len(names) <= threads
+
+    running = []
+
+    def fail_on_seven(i):
+        with lock:
+            running.append(i)
+        if i == 7:
+            raise ValueError("sample 7")
+
+    with pytest.raises(ValueError, match="sample 7"):
+        _opencv._for_each_sample(40, fail_on_seven)
+    assert 7 in running and len(set(running)) == len(running)
+    assert len(running) < 40  # no one takes a sample after the failure
