@@ -251,3 +251,93 @@ def test_a_child_forked_while_the_parent_holds_the_verified_lock_still_fetches(t
         pool.terminate()
         pool.join()
     assert results[0][0] == len(shards) and not any(results[0][1])  # downloaded, not empty
+
+
+class _GatedStorage:
+    """A local remote whose downloads wait until ``gate`` (a process-shared event) is set."""
+
+    def __init__(self, root, gate):
+        from detfmt.storage import LocalStorage
+
+        self._storage = LocalStorage(root)
+        self.gate = gate
+
+    def __getattr__(self, name):
+        return getattr(self._storage, name)
+
+    def open_read(self, rel):
+        self.gate.wait(60)
+        return self._storage.open_read(rel)
+
+
+def _fetch_in_forked_child(cache, shards, out):
+    try:
+        cache.prefetch([shards[2]])  # on the child's own threads, not the parent's dead ones
+        paths = [cache.fetch(s) for s in shards]
+        contents = []
+        for path in paths:
+            with open(path, "rb") as f:
+                contents.append(f.read())
+        out.put(contents)
+    except BaseException as error:  # the parent reports it
+        out.put(repr(error))
+
+
+@pytest.mark.timeout(120)
+def test_a_child_forked_during_prefetches_fetches_by_itself(tmp_path):
+    """A DataLoader-style worker forked while the parent's prefetch threads download: the
+    child must not wait for those downloads (no thread of it runs them) nor queue its own
+    prefetches on the parent's pool (it has none of its threads)."""
+    import queue
+
+    remote, shards = make_remote(tmp_path, n=3)
+    ctx = mp.get_context("fork")
+    gate = ctx.Event()
+    cache = ShardCache(_GatedStorage(remote, gate), tmp_path / "cache")
+    cache.prefetch(shards[:2])  # both parent threads now wait at the gate, holding the flocks
+    out = ctx.Queue()
+    child = ctx.Process(target=_fetch_in_forked_child, args=(cache, shards, out))
+    child.start()
+    try:
+        gate.set()  # the parent's downloads finish; the child's fetches wait for them by flock
+        try:
+            got = out.get(timeout=30)
+        except queue.Empty:
+            pytest.fail("the forked child is still waiting for its fetches after 30 s")
+    finally:
+        child.kill()
+        child.join(10)
+        cache.close()
+    assert got == [bytes([k]) * (1000 + k) for k in range(3)], got
+
+
+def test_a_fetch_waits_for_a_stuck_prefetch_at_most_lock_timeout(tmp_path):
+    """A prefetch whose download never ends (a stalled transport): a fetch of the same shard
+    fails after ``lock_timeout`` with CACHE_TIMEOUT naming the shard, instead of waiting."""
+    import threading
+    import time
+
+    from detfmt.errors import WriteError
+
+    remote, shards = make_remote(tmp_path, n=1)
+    gate = threading.Event()
+    cache = ShardCache(_GatedStorage(remote, gate), tmp_path / "cache", lock_timeout=0.5)
+    cache.prefetch(shards)
+    outcome = []
+
+    def fetch():
+        start = time.monotonic()
+        try:
+            cache.fetch(shards[0])
+            outcome.append("fetched")
+        except WriteError as error:
+            outcome.append((error, time.monotonic() - start))
+
+    waiter = threading.Thread(target=fetch, daemon=True)
+    waiter.start()
+    waiter.join(20)
+    gate.set()  # let the stuck download end, so that close() returns
+    cache.close()
+    assert not waiter.is_alive(), "fetch still waiting for the prefetch after 20 s"
+    error, waited = outcome[0]
+    assert error.rule == "CACHE_TIMEOUT" and shards[0].path in str(error) and waited < 10
