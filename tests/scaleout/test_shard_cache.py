@@ -10,6 +10,7 @@ import xxhash
 
 from detfmt.errors import ShardChecksumError
 from detfmt.shard.manifest import ShardInfo
+from tests.forking import run_forked
 
 fsspec = pytest.importorskip("fsspec")
 
@@ -188,15 +189,14 @@ def _fetch_in_child(args):
     cache = new_cache(tmp_path, remote)
     paths = [cache.fetch(s) for s in shards]
     cache.close()
-    return cache.stats["downloads"], [open(p, "rb").read() == b"" for p in paths]
+    return cache.stats["downloads"], [os.path.getsize(p) == 0 for p in paths]
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_one_downloader_per_shard_per_node(tmp_path):
     remote, shards = make_remote(tmp_path, n=4, size=2_000_000)
-    with mp.get_context("fork").Pool(4) as pool:
-        results = pool.map(_fetch_in_child, [(tmp_path, remote, shards)] * 4)
+    results = run_forked(_fetch_in_child, [(tmp_path, remote, shards)] * 4, timeout=90)
     assert sum(r[0] for r in results) == 4  # each shard downloaded exactly once on the node
     assert not any(any(r[1]) for r in results)
 
@@ -244,12 +244,7 @@ def test_a_child_forked_while_the_parent_holds_the_verified_lock_still_fetches(t
 
     remote, shards = make_remote(tmp_path, n=2)
     with cache_module._verified_lock:  # held across the fork, as by a parent's prefetch
-        pool = mp.get_context("fork").Pool(1)
-    try:
-        results = pool.map_async(_fetch_in_child, [(tmp_path, remote, shards)]).get(timeout=60)
-    finally:
-        pool.terminate()
-        pool.join()
+        results = run_forked(_fetch_in_child, [(tmp_path, remote, shards)], timeout=60)
     assert results[0][0] == len(shards) and not any(results[0][1])  # downloaded, not empty
 
 
