@@ -15,7 +15,10 @@ bytes. The cache is:
 - *never wedged*: one process per node downloads a shard under an ``flock`` the kernel drops
   when its holder dies, so a killed downloader leaves no stale lock, and the next holder
   removes its partial file; a full or read-only cache is a typed error, and the next call
-  after space returns simply downloads again.
+  after space returns simply downloads again. Every wait is bounded by ``lock_timeout``
+  (``CACHE_TIMEOUT``), and a process forked from one using the cache (a ``DataLoader`` worker)
+  gets its own background threads: it never waits for a download its parent's threads were
+  doing, which no thread of the child would ever finish.
 
 The byte bound is LRU (by access time) and never evicts the shards the known order needs next;
 when those alone exceed the bound the cache overshoots instead of waiting (no deadlock).
@@ -31,8 +34,9 @@ import stat
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 from detfmt.errors import (
     CacheError,
@@ -54,16 +58,21 @@ _READ_ONLY = (errno.EROFS, errno.EACCES, errno.EPERM)
 # (device, inode, size, mtime_ns) of cached files this process has hashed and found intact
 _verified: dict[str, tuple[int, int, int, int]] = {}
 _verified_lock = threading.Lock()
+# every open cache of this process, so that a forked child can give each its own threads
+_caches: weakref.WeakSet[ShardCache] = weakref.WeakSet()
 
 
-def _new_lock_in_child() -> None:
-    """A forked child gets a fresh lock: a parent thread (a prefetch) may hold it at the fork,
-    and nothing in the child would ever release it."""
+def _restart_in_child() -> None:
+    """A forked child has none of its parent's threads: locks a parent thread (a prefetch)
+    held at the fork would never be released, and downloads those threads had started or
+    queued would never finish. The child gets fresh locks and pools and forgets them."""
     global _verified_lock
     _verified_lock = threading.Lock()
+    for cache in list(_caches):
+        cache._restart_after_fork()
 
 
-os.register_at_fork(after_in_child=_new_lock_in_child)
+os.register_at_fork(after_in_child=_restart_in_child)
 
 
 def default_cache_dir() -> str:
@@ -132,10 +141,20 @@ class ShardCache:
         self.lock_timeout = lock_timeout
         self.retries = retries
         self._protected: set[str] = set()
+        self._workers = prefetch_workers
         self._mutex = threading.Lock()
         self._pool = ThreadPoolExecutor(prefetch_workers, thread_name_prefix="detfmt-prefetch")
         self._pending: dict[str, Future[str]] = {}
         self.stats = {"downloads": 0, "hits": 0, "bytes": 0, "evictions": 0, "verified": 0}
+        _caches.add(self)
+
+    def _restart_after_fork(self) -> None:
+        """In a forked child (see `_restart_in_child`): a fresh mutex and prefetch pool, and
+        no pending downloads (the parent's, if it still runs them, finish under the shard's
+        ``flock``, which a fetch here waits for)."""
+        self._mutex = threading.Lock()
+        self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix="detfmt-prefetch")
+        self._pending = {}
 
     # ------------------------------------------------------------------ naming
 
@@ -156,9 +175,11 @@ class ShardCache:
         """The local path of a complete copy of ``shard`` whose size and hash match it."""
         path = self.local_path(shard)
         fut = self._pending.get(path)
-        if fut is not None and not fut.done():
-            with contextlib.suppress(DetfmtError, OSError):
-                fut.result()  # a prefetch is downloading it; its error is raised again below
+        # a prefetch may be downloading it; if that failed, the fetch below raises the error
+        if fut is not None and not wait([fut], timeout=self.lock_timeout).done:
+            raise WriteError(
+                f"timed out waiting for the background download of {shard.path} "
+                f"(waited {self.lock_timeout:.0f} s)", rule="CACHE_TIMEOUT", path=path)
         return self._fetch(shard)
 
     def prefetch(self, shards: Iterable[ShardInfo]) -> None:

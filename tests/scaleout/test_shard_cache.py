@@ -10,6 +10,7 @@ import xxhash
 
 from detfmt.errors import ShardChecksumError
 from detfmt.shard.manifest import ShardInfo
+from tests.forking import run_forked
 
 fsspec = pytest.importorskip("fsspec")
 
@@ -188,15 +189,14 @@ def _fetch_in_child(args):
     cache = new_cache(tmp_path, remote)
     paths = [cache.fetch(s) for s in shards]
     cache.close()
-    return cache.stats["downloads"], [open(p, "rb").read() == b"" for p in paths]
+    return cache.stats["downloads"], [os.path.getsize(p) == 0 for p in paths]
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_one_downloader_per_shard_per_node(tmp_path):
     remote, shards = make_remote(tmp_path, n=4, size=2_000_000)
-    with mp.get_context("fork").Pool(4) as pool:
-        results = pool.map(_fetch_in_child, [(tmp_path, remote, shards)] * 4)
+    results = run_forked(_fetch_in_child, [(tmp_path, remote, shards)] * 4, timeout=90)
     assert sum(r[0] for r in results) == 4  # each shard downloaded exactly once on the node
     assert not any(any(r[1]) for r in results)
 
@@ -244,10 +244,95 @@ def test_a_child_forked_while_the_parent_holds_the_verified_lock_still_fetches(t
 
     remote, shards = make_remote(tmp_path, n=2)
     with cache_module._verified_lock:  # held across the fork, as by a parent's prefetch
-        pool = mp.get_context("fork").Pool(1)
-    try:
-        results = pool.map_async(_fetch_in_child, [(tmp_path, remote, shards)]).get(timeout=60)
-    finally:
-        pool.terminate()
-        pool.join()
+        results = run_forked(_fetch_in_child, [(tmp_path, remote, shards)], timeout=60)
     assert results[0][0] == len(shards) and not any(results[0][1])  # downloaded, not empty
+
+
+class _GatedStorage:
+    """A local remote whose downloads wait until ``gate`` (a process-shared event) is set."""
+
+    def __init__(self, root, gate):
+        from detfmt.storage import LocalStorage
+
+        self._storage = LocalStorage(root)
+        self.gate = gate
+
+    def __getattr__(self, name):
+        return getattr(self._storage, name)
+
+    def open_read(self, rel):
+        self.gate.wait(60)
+        return self._storage.open_read(rel)
+
+
+def _fetch_in_forked_child(cache, shards, out):
+    try:
+        cache.prefetch([shards[2]])  # on the child's own threads, not the parent's dead ones
+        paths = [cache.fetch(s) for s in shards]
+        contents = []
+        for path in paths:
+            with open(path, "rb") as f:
+                contents.append(f.read())
+        out.put(contents)
+    except BaseException as error:  # the parent reports it
+        out.put(repr(error))
+
+
+@pytest.mark.timeout(120)
+def test_a_child_forked_during_prefetches_fetches_by_itself(tmp_path):
+    """A DataLoader-style worker forked while the parent's prefetch threads download: the
+    child must not wait for those downloads (no thread of it runs them) nor queue its own
+    prefetches on the parent's pool (it has none of its threads)."""
+    import queue
+
+    remote, shards = make_remote(tmp_path, n=3)
+    ctx = mp.get_context("fork")
+    gate = ctx.Event()
+    cache = ShardCache(_GatedStorage(remote, gate), tmp_path / "cache")
+    cache.prefetch(shards[:2])  # both parent threads now wait at the gate, holding the flocks
+    out = ctx.Queue()
+    child = ctx.Process(target=_fetch_in_forked_child, args=(cache, shards, out))
+    child.start()
+    try:
+        gate.set()  # the parent's downloads finish; the child's fetches wait for them by flock
+        try:
+            got = out.get(timeout=30)
+        except queue.Empty:
+            pytest.fail("the forked child is still waiting for its fetches after 30 s")
+    finally:
+        child.kill()
+        child.join(10)
+        cache.close()
+    assert got == [bytes([k]) * (1000 + k) for k in range(3)], got
+
+
+def test_a_fetch_waits_for_a_stuck_prefetch_at_most_lock_timeout(tmp_path):
+    """A prefetch whose download never ends (a stalled transport): a fetch of the same shard
+    fails after ``lock_timeout`` with CACHE_TIMEOUT naming the shard, instead of waiting."""
+    import threading
+    import time
+
+    from detfmt.errors import WriteError
+
+    remote, shards = make_remote(tmp_path, n=1)
+    gate = threading.Event()
+    cache = ShardCache(_GatedStorage(remote, gate), tmp_path / "cache", lock_timeout=0.5)
+    cache.prefetch(shards)
+    outcome = []
+
+    def fetch():
+        start = time.monotonic()
+        try:
+            cache.fetch(shards[0])
+            outcome.append("fetched")
+        except WriteError as error:
+            outcome.append((error, time.monotonic() - start))
+
+    waiter = threading.Thread(target=fetch, daemon=True)
+    waiter.start()
+    waiter.join(20)
+    gate.set()  # let the stuck download end, so that close() returns
+    cache.close()
+    assert not waiter.is_alive(), "fetch still waiting for the prefetch after 20 s"
+    error, waited = outcome[0]
+    assert error.rule == "CACHE_TIMEOUT" and shards[0].path in str(error) and waited < 10
