@@ -26,6 +26,7 @@ import torch
 
 from detfmt.augment._memory import channels_last, reused_empty
 from detfmt.augment._native import lut_parameters, recolour, recolour_kernels
+from detfmt.augment._region_cut import cut_to_region
 
 _pool_lock = threading.Lock()
 _pools: dict[int, ThreadPoolExecutor] = {}
@@ -476,10 +477,12 @@ def warp_images_opencv(
 ) -> torch.Tensor:
     """`_warp.warp_images` for uint8 CPU images with ``cv2.warpAffine`` / ``warpPerspective``.
 
-    Each sample reads only the window of its source the output can reach (`source_windows`),
-    RGB staged as RGBA. A sample's valid region is its canvas, so pixels outside it read as the
-    constant border, as in the torch path. ``source`` replaces ``images`` with a `TiledSource`
-    (a `Mosaic` canvas that is never built). ``hsv`` (B, 3) gains: apply `RandomHSV` to the
+    Each sample reads only the window of its valid region the output can reach
+    (`source_windows`), RGB staged as RGBA. The region is cut exactly, as in the torch path:
+    it is warped with its edge replicated, then the pixels whose centres map outside it get
+    ``fill`` (`_region_cut`), before any recolouring. ``source`` replaces ``images`` with a
+    `TiledSource` (a `Mosaic` canvas that is never built; its valid region is ``sizes``, the
+    tiles' extent, else the whole canvas). ``hsv`` (B, 3) gains: apply `RandomHSV` to the
     warped pixels before they are written (RGB images only; what `hsv_opencv` of the result
     gives, without the intermediate batch). Returns channels_last uint8 images, or contiguous
     (B, C, H, W) ones with ``planar`` (each sample's planes written as it is finished, not by a
@@ -493,19 +496,23 @@ def warp_images_opencv(
     out = _empty_like_batch(batch, channels, out_h, out_w, planar)
     targets = _sample_targets(out, planar)
     inverse = opencv_matrices(matrix)
+    regions = source.sizes
+    if sizes is not None:
+        pairs = zip(sizes.tolist(), regions, strict=True)
+        regions = [(min(h, ch), min(w, cw)) for (h, w), (ch, cw) in pairs]
     if source.crop:
-        windows = source_windows(inverse, out_size, source.sizes).tolist()
+        windows = source_windows(inverse, out_size, regions).tolist()
     else:
-        windows = [[0, 0, w, h] for h, w in source.sizes]
+        windows = [[0, 0, w, h] for h, w in regions]
     mode = cv2.INTER_LINEAR if interpolation == "bilinear" else cv2.INTER_NEAREST
     flags = mode | cv2.WARP_INVERSE_MAP
-    border = (float(fill),) * 4
     perspective = not affine_only
     staged = 4 if channels == 3 else channels
     if hsv is not None and channels != 3:
         raise ValueError("hsv needs RGB images")
     native, tables, used = _hsv_tables(hsv) if hsv is not None else (None, None, None)
     forward = matrix.detach().to("cpu", torch.float64).numpy()
+    to_source = np.linalg.inv(forward)  # output -> source, detfmt's convention (as the torch path)
     tiled = [any(tile.scaled for tile in tiles) for tiles in source.tiles]
     plans = _plan_tiles(
         [tiles if tiled[i] else [] for i, tiles in enumerate(source.tiles)],
@@ -557,15 +564,17 @@ def warp_images_opencv(
         warp = cv2.warpPerspective if perspective else cv2.warpAffine
         if not perspective:
             m = m[:2]
+        # The window is the valid region wherever the output reads up to its edge, so the
+        # replicated border is the region's edge; the fill then cuts the region exactly.
         warp(
             _plane(image),
             m,
             (out_w, out_h),
             dst=_plane(warped),
             flags=flags,
-            borderMode=cv2.BORDER_CONSTANT,
-            borderValue=border,
+            borderMode=cv2.BORDER_REPLICATE,
         )
+        cut_to_region(warped, to_source[i], regions[i], round(fill))
         finish(i, warped)
 
     _for_each_sample(batch, one)
