@@ -349,7 +349,9 @@ class MultiScaleResize(Augmentation):
     The long side becomes ``randrange(0.5 * imgsz, 1.5 * imgsz + stride) // stride * stride``
     (``scale`` sets the 0.5 range); the short side is rounded up to a multiple of ``stride``.
     Boxes are scaled with the image. The output shape changes per batch by design (compile one
-    graph per size).
+    graph per size). With ``batch.sizes``, each valid region is resized on its own
+    (`resize_valid_regions`): its edge is not blended with the padding, and the padding stays
+    padding, as the warps do.
     """
 
     def __init__(
@@ -381,9 +383,13 @@ class MultiScaleResize(Augmentation):
         new_h, new_w = params["size"]
         height, width = image_hw(batch.images)
         images = batch.images
-        out = F.interpolate(
-            images.to(torch.float32), size=(new_h, new_w), mode="bilinear", align_corners=False
-        )
+        if batch.sizes is None:  # the whole canvas is valid: interpolate clamps at its edge
+            out = F.interpolate(
+                images.to(torch.float32), size=(new_h, new_w), mode="bilinear",
+                align_corners=False,
+            )
+        else:
+            out = resize_valid_regions(images.to(torch.float32), batch.sizes, (new_h, new_w))
         if images.dtype == torch.uint8:
             out = out.round_().clamp_(0, 255).to(torch.uint8)
         else:
@@ -400,3 +406,32 @@ class MultiScaleResize(Augmentation):
             scaled = torch.minimum(torch.ceil(scaled - 1e-6), limit).clamp_min(1)
             sizes = scaled.to(sizes.dtype)
         return out_batch.replace(images=out, sizes=sizes)
+
+
+def resize_valid_regions(
+    images: torch.Tensor, sizes: torch.Tensor, out_size: tuple[int, int]
+) -> torch.Tensor:
+    """Bilinear resize of float (B, C, H, W) canvases, each (h, w) top-left region on its own.
+
+    A pixel whose centre maps into its sample's region reads that region only (its edge
+    replicated into the padding first); the others take the padding pixel under their centre
+    (``nearest-exact``), so uniform padding stays exactly itself. Fixed-shape tensor steps.
+    """
+    batch, channels, height, width = images.shape
+    out_h, out_w = out_size
+    device = images.device
+    hw = sizes.to(device=device, dtype=torch.int64).clamp_min(1)
+    h = hw[:, 0].clamp_max(height)
+    w = hw[:, 1].clamp_max(width)
+    rows = torch.minimum(torch.arange(height, device=device)[None], h[:, None] - 1)
+    cols = torch.minimum(torch.arange(width, device=device)[None], w[:, None] - 1)
+    shape = (batch, channels, height, width)
+    edged = images.gather(2, rows[:, None, :, None].expand(shape))
+    edged = edged.gather(3, cols[:, None, None, :].expand(shape))
+    content = F.interpolate(edged, size=out_size, mode="bilinear", align_corners=False)
+    padding = F.interpolate(images, size=out_size, mode="nearest-exact")
+    # Centre v + 0.5 reads source point (v + 0.5) * H / out_h, as interpolate computes it.
+    ys = (torch.arange(out_h, device=device, dtype=torch.float64) + 0.5) * (height / out_h)
+    xs = (torch.arange(out_w, device=device, dtype=torch.float64) + 0.5) * (width / out_w)
+    inside = (ys[None, :, None] < h[:, None, None]) & (xs[None, None, :] < w[:, None, None])
+    return torch.where(inside[:, None], content, padding)

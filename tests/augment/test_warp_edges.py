@@ -150,6 +150,17 @@ def test_letterbox_then_affine_cuts_the_content_exactly(backend):
         run_and_check(steps, batch, params=params)
 
 
+def test_multiscale_resize_cuts_the_content_exactly(backend):
+    """MultiScaleResize interpolates the whole padded canvas: the loader's padding must not
+    blend into the content's edge, nor the content into the padding past ``sizes``."""
+    batch = content_batch((12, 16), [(12, 16), (5, 7), (1, 1), (12, 3), (2, 16)])
+    for size in ((48, 64), (40, 40), (8, 8)):
+        module = A.MultiScaleResize(imgsz=64, stride=8)
+        out = module(batch, {"size": size})
+        scale = torch.tensor([[size[1] / 16, 0.0, 0.0], [0.0, size[0] / 12, 0.0], [0, 0, 1.0]])
+        assert_cut_exactly(out, batch, scale.expand(len(batch), 3, 3), outside=PAD)
+
+
 def test_backends_agree_on_small_enlargements():
     """With real (varying) content the two backends give the same cut and close values."""
     pytest.importorskip("cv2")
