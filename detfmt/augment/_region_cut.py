@@ -26,11 +26,65 @@ def cut_to_region(
     convention, pixel i spanning [i, i + 1))."""
     out_size = dst.shape[:2]
     m = np.asarray(inverse, dtype=np.float64)
+    rectangle = inside_rectangle(m, out_size, region)
+    if rectangle is not None:
+        fill_around(dst, rectangle, fill)
+        return
     spans = inside_spans(m, out_size, region)
     if spans is not None:
         fill_outside(dst, *spans, fill)
     else:
         dst[~_inside_per_pixel(m, out_size, region)] = fill
+
+
+def inside_rectangle(
+    inverse: np.ndarray, out_size: tuple[int, int], region: tuple[int, int]
+) -> tuple[int, int, int, int] | None:
+    """(r0, r1, c0, c1): for a scale and translation, the output pixels inside the region are
+    rows [r0, r1) x columns [c0, c1) (empty: r0 == r1 or c0 == c1); None for any other map.
+
+    In Python floats: numpy's per-call cost was most of the work of the per-row spans.
+    """
+    m = np.asarray(inverse, dtype=np.float64)
+    if not (m[0, 1] == 0 and m[1, 0] == 0 and m[2, 0] == 0 and m[2, 1] == 0 and m[2, 2] > 0):
+        return None
+    (sx, _, tx), (_, sy, ty), (_, _, weight) = m.tolist()
+    out_h, out_w = out_size
+    h, w = region
+    c0, c1 = _span_1d(sx / weight, (sx * 0.5 + tx) / weight, w, out_w)
+    r0, r1 = _span_1d(sy / weight, (sy * 0.5 + ty) / weight, h, out_h)
+    if c0 >= c1 or r0 >= r1:
+        return 0, 0, 0, 0
+    return r0, r1, c0, c1
+
+
+def fill_around(dst: np.ndarray, rectangle: tuple[int, int, int, int], fill: int) -> None:
+    """Write ``fill`` into ``dst`` (H, W, ...) outside rows [r0, r1) x columns [c0, c1)."""
+    r0, r1, c0, c1 = rectangle
+    if r0 >= r1 or c0 >= c1:
+        dst[:] = fill
+        return
+    dst[:r0] = fill
+    dst[r1:] = fill
+    dst[r0:r1, :c0] = fill
+    dst[r0:r1, c1:] = fill
+
+
+def _span_1d(step: float, start: float, size: float, count: int) -> tuple[int, int]:
+    """[lo, hi): the integers u in [0, count) with ``0 <= step u + start < size``."""
+    lo, hi = 0, count
+    for slope, offset, strict in ((step, start, False), (-step, size - start, True)):
+        if slope == 0.0:
+            if not (offset > 0 if strict else offset >= 0):
+                return 0, 0
+            continue
+        root = min(max(-offset / slope, -1.0), math.ldexp(1.0, 40))
+        if slope > 0:  # u >= root (u > root)
+            lo = max(lo, math.floor(root) + 1 if strict else math.ceil(root))
+        else:  # u <= root (u < root)
+            hi = min(hi, math.ceil(root) if strict else math.floor(root) + 1)
+    lo = min(max(lo, 0), count)
+    return lo, max(min(hi, count), lo)
 
 
 def inside_spans(

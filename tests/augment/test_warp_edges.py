@@ -186,3 +186,43 @@ def test_backends_agree_on_small_enlargements():
         assert diff.max().item() <= 8, f"{steps}: max diff {diff.max().item()}"
         assert (diff <= 2).float().mean().item() >= 0.99
         assert torch.equal(outs["torch"].sizes, outs["opencv"].sizes)
+
+
+def test_region_cut_is_the_per_pixel_rule():
+    """`_region_cut` (the OpenCV backend's fill: a rectangle for scale and translation, per-row
+    spans otherwise, per pixel past a horizon) writes fill exactly where a pixel centre's source
+    point lies outside [0, w) x [0, h)."""
+    import numpy as np
+
+    from detfmt.augment._region_cut import cut_to_region
+
+    rng = np.random.default_rng(5)
+    kinds = {"axis": 0, "affine": 0, "perspective": 0, "horizon": 0}
+    for trial in range(400):
+        kind = list(kinds)[trial % 4]
+        forward = np.eye(3)
+        forward[0, 0], forward[1, 1] = rng.uniform(0.1, 6, 2) * rng.choice([-1, 1], 2)
+        forward[:2, 2] = rng.uniform(-40, 60, 2)
+        if kind != "axis":
+            forward[0, 1], forward[1, 0] = rng.uniform(-3, 3, 2)
+        if kind == "perspective":
+            forward[2, :2] = rng.uniform(-2e-3, 2e-3, 2)
+        if kind == "horizon":
+            forward[2, :2] = rng.uniform(-0.05, 0.05, 2)
+        inverse = np.linalg.inv(forward)
+        region = tuple(int(v) for v in rng.integers(1, 40, 2))
+        out_h, out_w = (int(v) for v in rng.integers(1, 70, 2))
+        got = np.zeros((out_h, out_w, 2), np.uint8)
+        cut_to_region(got, inverse, region, 7)
+        v, u = np.meshgrid(np.arange(out_h) + 0.5, np.arange(out_w) + 0.5, indexing="ij")
+        mapped = np.einsum("ij,jhw->ihw", inverse, np.stack([u, v, np.ones_like(u)]))
+        weight = np.where(np.abs(mapped[2]) < 1e-8, 1e-8, mapped[2])
+        x, y = mapped[0] / weight, mapped[1] / weight
+        inside = (x >= 0) & (x < region[1]) & (y >= 0) & (y < region[0])
+        bounds = [np.abs(x), np.abs(x - region[1]), np.abs(y), np.abs(y - region[0])]
+        sure = np.min(bounds, axis=0) > 1e-6
+        want = np.where(inside, 0, 7)
+        assert (got[..., 0][sure] == want[sure]).all(), (kind, forward.tolist(), region)
+        assert (got[..., 0] == got[..., 1]).all()
+        kinds[kind] += int(inside.any() and not inside.all())
+    assert min(kinds.values()) >= 20, kinds  # each kind cut through the output often
