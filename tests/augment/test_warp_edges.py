@@ -226,3 +226,18 @@ def test_region_cut_is_the_per_pixel_rule():
         assert (got[..., 0] == got[..., 1]).all()
         kinds[kind] += int(inside.any() and not inside.all())
     assert min(kinds.values()) >= 20, kinds  # each kind cut through the output often
+
+
+def test_multiscale_padding_per_sample_equals_the_tensor_path(monkeypatch):
+    """`padding_outside_regions` writes the CPU's per-sample slices and the device path's one
+    ``torch.where`` alike, on non-uniform padding too."""
+    from detfmt.augment import geometric
+
+    batch = make_batch(5, 12, 16, 1, seed=9)
+    sizes = torch.tensor([[12, 16], [5, 7], [1, 1], [12, 3], [2, 16]])
+    resized = torch.randint(0, 256, (5, 3, 40, 56), dtype=torch.uint8)
+    per_sample = geometric.padding_outside_regions(resized.clone(), batch.images, sizes)
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)  # the device path
+    tensor_path = geometric.padding_outside_regions(resized.clone(), batch.images, sizes)
+    assert torch.equal(per_sample, tensor_path)
+    assert not torch.equal(per_sample, resized)
