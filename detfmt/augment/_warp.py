@@ -3,9 +3,13 @@
 Output pixel (u, v) has centre (u + 0.5, v + 0.5); ``inv(M)`` takes it to a continuous source
 point p, which ``grid_sample(align_corners=False)`` reads at normalised ``2 p / size - 1``. This
 is the continuous convention of `_matrix`, so a box and the pixels inside it stay together.
-Pixels that come from outside the source (or outside its valid region) get ``fill``: the warp
-runs on ``image - fill`` with zero padding and adds ``fill`` back, which is exact for bilinear
-because its weights sum to one.
+
+Each sample's valid region ``[0, w) x [0, h)`` (its ``sizes``, else the whole image) is cut
+exactly: a pixel whose p lies inside reads valid pixels only (p clamped to the centres of the
+region's edge pixels: the edge replicated, as Ultralytics' letterbox does), and a pixel whose p
+lies outside is ``fill``. So no content is blended with fill, and none lands outside the extent
+`_geometry.mapped_extent` reports (a blend would reach about half a source pixel, times the
+zoom, past it).
 """
 
 from __future__ import annotations
@@ -51,13 +55,24 @@ def sampling_grid(
     return coords[..., :2] / w
 
 
-def valid_region_mask(
-    sizes: torch.Tensor, height: int, width: int, device: torch.device
-) -> torch.Tensor:
-    """(B, 1, H, W) bool, True inside each sample's (h, w) top-left valid region."""
-    rows = torch.arange(height, device=device)[None, :, None] < sizes[:, 0, None, None]
-    cols = torch.arange(width, device=device)[None, None, :] < sizes[:, 1, None, None]
-    return (rows & cols)[:, None]
+def clamp_to_valid_region(
+    grid: torch.Tensor, sizes: torch.Tensor | None, height: int, width: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The grid clamped to each sample's valid pixel centres, and (B, Hout, Wout) whether each
+    point lies inside the valid region ``[0, w) x [0, h)`` (normalised coordinates throughout).
+
+    Fixed-shape tensor steps (no host sync): it runs on the GPU and under torch.compile.
+    """
+    canvas = grid.new_tensor([width, height])
+    if sizes is None:
+        limit = canvas.expand(grid.shape[0], 2)
+    else:
+        limit = torch.minimum(sizes.to(device=grid.device, dtype=grid.dtype).flip(-1), canvas)
+    upper = (limit * (2.0 / canvas) - 1.0)[:, None, None, :]  # the region's far edge
+    inside = ((grid >= -1.0) & (grid < upper)).all(dim=-1)
+    half = 1.0 / canvas  # half a pixel, normalised
+    clamped = torch.maximum(torch.minimum(grid, upper - half), half - 1.0)
+    return clamped, inside
 
 
 @kernel
@@ -79,7 +94,8 @@ def warp_images(
         out_size: (height, width) of the output.
         fill: value for pixels with no source (in the images' own scale, e.g. 114 for uint8).
         interpolation: "bilinear" or "nearest".
-        sizes: optional (B, 2) (h, w) valid regions; source pixels outside them count as fill.
+        sizes: optional (B, 2) (h, w) valid regions (else the whole image): a point inside one
+            reads its pixels only (edge replicated), a point outside it gives ``fill``.
         affine_only: skip the perspective divide (a static promise that M's last row is 0 0 1).
 
     Returns:
@@ -87,15 +103,13 @@ def warp_images(
     """
     height, width = images.shape[-2:]
     grid = sampling_grid(matrix, (height, width), out_size, affine_only)
-    # copy=True: for float32 input .to() would alias it, and the in-place ops below would
-    # then overwrite the caller's images.
-    work = images.to(torch.float32, copy=True)
-    if fill != 0.0:
-        work.sub_(fill)
-    if sizes is not None:
-        work.mul_(valid_region_mask(sizes, height, width, images.device))
-    out = F.grid_sample(work, grid, mode=interpolation, padding_mode="zeros", align_corners=False)
+    grid, inside = clamp_to_valid_region(grid, sizes, height, width)
+    out = F.grid_sample(
+        images.to(torch.float32), grid, mode=interpolation, padding_mode="border",
+        align_corners=False,
+    )
+    out = torch.where(inside[:, None], out, fill)
     if images.dtype == torch.uint8:
         # + 0.5 then truncation rounds (half up); values are >= 0 after the clamp.
-        return out.add_(fill + 0.5).clamp_(0.0, 255.0).to(torch.uint8)
-    return out.add_(fill).to(images.dtype)
+        return out.add_(0.5).clamp_(0.0, 255.0).to(torch.uint8)
+    return out.to(images.dtype)

@@ -349,7 +349,9 @@ class MultiScaleResize(Augmentation):
     The long side becomes ``randrange(0.5 * imgsz, 1.5 * imgsz + stride) // stride * stride``
     (``scale`` sets the 0.5 range); the short side is rounded up to a multiple of ``stride``.
     Boxes are scaled with the image. The output shape changes per batch by design (compile one
-    graph per size).
+    graph per size). With ``batch.sizes``, each valid region is resized on its own, as the
+    warps cut it: its edge is replicated (`replicate_region_edges_`), not blended with the
+    padding, and the pixels whose centres map outside it are padding (`padding_outside_regions`).
     """
 
     def __init__(
@@ -381,13 +383,16 @@ class MultiScaleResize(Augmentation):
         new_h, new_w = params["size"]
         height, width = image_hw(batch.images)
         images = batch.images
-        out = F.interpolate(
-            images.to(torch.float32), size=(new_h, new_w), mode="bilinear", align_corners=False
-        )
+        work = images.to(torch.float32, copy=True)
+        if batch.sizes is not None:  # else the whole canvas is valid: interpolate clamps there
+            replicate_region_edges_(work, batch.sizes)
+        out = F.interpolate(work, size=(new_h, new_w), mode="bilinear", align_corners=False)
         if images.dtype == torch.uint8:
             out = out.round_().clamp_(0, 255).to(torch.uint8)
         else:
             out = out.to(images.dtype)
+        if batch.sizes is not None:
+            out = padding_outside_regions(out, images, batch.sizes)
         factor = torch.tensor([new_w / width, new_h / height] * 2, device=batch.boxes.device)
         boxes = (batch.boxes * factor).to(batch.boxes.dtype)
         clipped = mx.clip_boxes(boxes, new_h, new_w)
@@ -400,3 +405,58 @@ class MultiScaleResize(Augmentation):
             scaled = torch.minimum(torch.ceil(scaled - 1e-6), limit).clamp_min(1)
             sizes = scaled.to(sizes.dtype)
         return out_batch.replace(images=out, sizes=sizes)
+
+
+def replicate_region_edges_(images: torch.Tensor, sizes: torch.Tensor) -> None:
+    """Copy each sample's last valid row into row h and last valid column into column w, in
+    place (B, C, H, W): all a bilinear resize reads past the region for the pixels whose
+    centres lie inside it (source point p < h reads rows up to floor(p - 0.5) + 1 <= h).
+
+    One row and one column per sample (a scatter): fixed-shape and cheap.
+    """
+    batch, channels, height, width = images.shape
+    hw = sizes.to(device=images.device, dtype=torch.int64).clamp_min(1)
+    h = hw[:, 0].clamp_max(height)[:, None, None, None]
+    w = hw[:, 1].clamp_max(width)[:, None, None, None]
+    row = (h - 1).expand(batch, channels, 1, width)
+    images.scatter_(2, h.clamp_max(height - 1).expand_as(row), images.gather(2, row))
+    col = (w - 1).expand(batch, channels, height, 1)
+    images.scatter_(3, w.clamp_max(width - 1).expand_as(col), images.gather(3, col))
+
+
+def padding_outside_regions(
+    resized: torch.Tensor, images: torch.Tensor, sizes: torch.Tensor
+) -> torch.Tensor:
+    """``resized`` (B, C, out_h, out_w) with every pixel whose centre maps outside its sample's
+    (h, w) region replaced by the pixel of ``images`` under that centre (uniform padding stays
+    exactly itself).
+
+    The pixels inside are the top-left rows [0, r) x columns [0, c) of each sample. On the CPU
+    only the pixels outside are written, per sample (in place); elsewhere one fixed-shape
+    ``torch.where`` (no host sync).
+    """
+    height, width = images.shape[-2:]
+    out_h, out_w = resized.shape[-2:]
+    device = images.device
+    hw = sizes.to(device=device, dtype=torch.int64).clamp_min(1)
+    # Centre v + 0.5 reads source point (v + 0.5) * H / out_h, as interpolate computes it.
+    ys = (torch.arange(out_h, device=device, dtype=torch.float64) + 0.5) * (height / out_h)
+    xs = (torch.arange(out_w, device=device, dtype=torch.float64) + 0.5) * (width / out_w)
+    rows_in = ys[None] < hw[:, 0, None]  # (B, out_h)
+    cols_in = xs[None] < hw[:, 1, None]  # (B, out_w)
+    src_rows = ys.floor().long().clamp_max(height - 1)
+    src_cols = xs.floor().long().clamp_max(width - 1)
+    if device.type == "cpu" and not torch.compiler.is_compiling():
+        dtype = resized.dtype
+        inside_rows, inside_cols = rows_in.sum(1).tolist(), cols_in.sum(1).tolist()
+        for b, (r, c) in enumerate(zip(inside_rows, inside_cols, strict=True)):
+            if r < out_h:  # the rows below the region
+                below = images[b].index_select(1, src_rows[r:]).index_select(2, src_cols)
+                resized[b, :, r:] = below.to(dtype)
+            if c < out_w:  # the columns right of it, above those rows
+                right = images[b].index_select(2, src_cols[c:]).index_select(1, src_rows[:r])
+                resized[b, :, :r, c:] = right.to(dtype)
+        return resized
+    padding = images.index_select(2, src_rows).index_select(3, src_cols).to(resized.dtype)
+    inside = (rows_in[:, :, None] & cols_in[:, None, :])[:, None]
+    return torch.where(inside, resized, padding)
