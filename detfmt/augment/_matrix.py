@@ -117,12 +117,35 @@ def transform_boxes(
 ) -> torch.Tensor:
     """(B, M, 4) xyxy through (B, 3, 3): the min/max of the 4 mapped corners (unclipped);
     ``affine`` as in `transform_points`."""
+    if affine and _axis_aligned_on_host(matrix):
+        return _scale_and_shift_boxes(boxes, matrix)
     batch, slots = boxes.shape[:2]
     corners = box_corners(boxes.to(matrix.dtype)).reshape(batch, slots * 4, 2)
     mapped = transform_points(corners, matrix, affine).reshape(batch, slots, 4, 2)
     low = mapped.amin(dim=2)
     high = mapped.amax(dim=2)
     return torch.cat([low, high], dim=-1)
+
+
+def _axis_aligned_on_host(matrix: torch.Tensor) -> bool:
+    """Whether every (affine) matrix is a scale and translation, read on the host (eager CPU
+    tensors only: elsewhere the check would be a device sync)."""
+    if matrix.device.type != "cpu" or matrix.requires_grad or torch.compiler.is_compiling():
+        return False
+    m = matrix.numpy()
+    return bool((m[:, 0, 1] == 0).all() and (m[:, 1, 0] == 0).all())
+
+
+def _scale_and_shift_boxes(boxes: torch.Tensor, matrix: torch.Tensor) -> torch.Tensor:
+    """`transform_boxes` of affine, axis-aligned matrices: each corner coordinate is
+    ``x * s + t`` (the general path's ``x * s + y * 0 + t``, the same number), so two corners
+    give the min/max of four."""
+    b = boxes.to(matrix.dtype)
+    scale = torch.diagonal(matrix[:, :2, :2], dim1=1, dim2=2)[:, None, :]  # (B, 1, 2)
+    shift = matrix[:, None, :2, 2]
+    first = b[..., :2] * scale + shift
+    second = b[..., 2:] * scale + shift
+    return torch.cat([torch.minimum(first, second), torch.maximum(first, second)], dim=-1)
 
 
 def clip_boxes(boxes: torch.Tensor, height: int, width: int) -> torch.Tensor:

@@ -294,14 +294,20 @@ def test_state_boxes_are_mapped_step_by_step_on_read():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_affine_box_mapping_equals_the_homogeneous_one_bit_for_bit(dtype):
-    """`transform_boxes(..., affine=True)` leaves out the divide by w = 1: same bits."""
+@pytest.mark.parametrize("axis_aligned", [False, True])
+def test_affine_box_mapping_equals_the_homogeneous_one_bit_for_bit(dtype, axis_aligned):
+    """`transform_boxes(..., affine=True)` leaves out the divide by w = 1, and maps a scale and
+    translation (flips included) by two corners instead of four: same bits."""
     g = torch.Generator().manual_seed(3)
     boxes = torch.rand((6, 9, 4), generator=g) * 700 - 50
     boxes = torch.cat([boxes[..., :2].minimum(boxes[..., 2:]),
                        boxes[..., :2].maximum(boxes[..., 2:])], dim=-1)
-    matrix = mx.rotation_scale(torch.rand(6, generator=g) * 90 - 45,
-                               torch.rand(6, generator=g) + 0.5).to(dtype)
+    boxes[0, :3] = 0.0  # padding slots
+    degrees = torch.zeros(6) if axis_aligned else torch.rand(6, generator=g) * 90 - 45
+    matrix = mx.rotation_scale(degrees, torch.rand(6, generator=g) + 0.5).to(dtype)
+    if axis_aligned:
+        matrix[1, 0, 0] *= -1  # a horizontal flip
+        matrix[2, 1, 1] *= -1  # a vertical one
     matrix[:, :2, 2] = torch.rand((6, 2), generator=g).to(dtype) * 100
     general = mx.transform_boxes(boxes, matrix)
     assert torch.equal(mx.transform_boxes(boxes, matrix, affine=True), general)
