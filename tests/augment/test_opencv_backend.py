@@ -2,8 +2,9 @@
 
 Tolerance: OpenCV's bilinear warp uses 5-bit fixed-point weights (torch: float32), so pixels
 may differ by a level or two; the bar is >= 99% of pixels within +-2 levels and none more
-than 8 off. The edge band is blended with the fill by both backends in the same way, so no
-band is excluded. HSV LUTs are float64 in OpenCV (Ultralytics) and float32 in torch.
+than 8 off. Both backends cut each valid region the same way (its edge replicated, exactly
+the fill outside it), so no band is excluded. HSV LUTs are float64 in OpenCV (Ultralytics) and
+float32 in torch.
 """
 
 from __future__ import annotations
