@@ -69,9 +69,9 @@ def _pixel(r, g, b, hue_shift, sat_gain, val_gain):  # pragma: no cover
     hh = hue * np.float32(6.0 / 180.0)
     sf = sat * np.float32(1.0 / 255.0)
     vf = val * np.float32(1.0 / 255.0)
-    pre = np.trunc(hh)
-    frac = hh - pre
-    sector = pre - np.trunc(pre * np.float32(1.0 / 6.0)) * np.float32(6.0)
+    sector = np.trunc(hh)
+    frac = hh - sector
+    # OpenCV then reduces the sector mod 6; hue < 180 here, so hh < 6 and that is the identity.
     t0 = vf
     t1 = vf * (one - sf)
     t2 = vf * _one_minus_product(sf, frac)
