@@ -288,20 +288,21 @@ def _scratch(name: str, shape: tuple[int, ...]) -> np.ndarray:
 
 
 def _uncovered(
-    window: tuple[int, int, int, int], tiles: list[Tile]
+    window: tuple[int, int, int, int], rects: list[tuple[int, int, int, int]]
 ) -> list[tuple[int, int, int, int]]:
-    """The parts of ``window`` that no tile covers, as rectangles (tiles do not overlap).
+    """The parts of ``window`` that none of ``rects`` (x0, y0, x1, y1; they do not overlap)
+    covers, as rectangles.
 
-    Cut into bands of rows at every tile edge; in each band the gaps between the tiles that
-    span it are the uncovered rectangles. Filling only these (a mosaic window is mostly tiles)
-    instead of the whole window saved ~0.3 ms per 640x640 mosaic sample.
+    Cut into bands of rows at every rectangle edge; in each band the gaps between the
+    rectangles that span it are the uncovered ones. Filling only these (a mosaic is mostly
+    tiles) instead of the whole window spares a pass over most of its pixels.
     """
     x0, y0, x1, y1 = window
-    edges = sorted({y0, y1, *(t.y0 for t in tiles), *(t.y1 for t in tiles)})
+    edges = sorted({y0, y1, *(r[1] for r in rects), *(r[3] for r in rects)})
     edges = [y for y in edges if y0 <= y <= y1]
     gaps = []
     for top, bottom in itertools.pairwise(edges):
-        spans = sorted((t.x0, t.x1) for t in tiles if t.y0 <= top and bottom <= t.y1)
+        spans = sorted((r[0], r[2]) for r in rects if r[1] <= top and bottom <= r[3])
         left = x0
         for a, b in spans:
             if a > left:
@@ -335,8 +336,9 @@ def _read_window(
             return _stage_crop(part, staged, "window")
     out = _scratch("window", (y1 - y0 + 2, x1 - x0 + 2, staged))
     inner = out[1:-1, 1:-1]
-    for fx0, fy0, fx1, fy1 in _uncovered(window, tiles):
-        inner[fy0 - y0 : fy1 - y0, fx0 - x0 : fx1 - x0] = round(source.fill)
+    rects = [(t.x0, t.y0, t.x1, t.y1) for t in tiles]
+    for fx0, fy0, fx1, fy1 in _uncovered(window, rects):
+        _fill(inner[fy0 - y0 : fy1 - y0, fx0 - x0 : fx1 - x0], source.fill)
     cv2 = _cv2()
     for tile in tiles:
         ix0, iy0 = max(tile.x0, x0), max(tile.y0, y0)
@@ -453,6 +455,17 @@ def _stage_crop(part: np.ndarray, staged: int, name: str = "tile") -> np.ndarray
     return out
 
 
+def _fill(part: np.ndarray, fill: float) -> None:
+    """``part`` (h, w, C) = ``fill`` in every channel; RGBA as one word per pixel (a byte
+    fill of a strided 4-channel view loops per pixel)."""
+    value = round(fill)
+    if part.ndim == 3 and part.shape[-1] == 4 and part.strides[-1] == 1 and part.strides[-2] == 4:
+        words = part.view(np.uint32)[..., 0]
+        words.fill(value * 0x01010101)
+    else:
+        part.fill(value)
+
+
 def _replicate_border(out: np.ndarray) -> None:
     """Copy the edge of ``out[1:-1, 1:-1]`` into the 1 px ring around it."""
     if out.shape[-1] == 4 and out.flags.c_contiguous:
@@ -483,7 +496,13 @@ def _warp_tiles(
     centres the rectangle holds (a nearest-neighbour warp of the rectangle).
     """
     cv2 = _cv2()
-    dst.fill(round(fill))
+    if axis_aligned:  # the ROIs are disjoint and every pixel of one is written
+        out_h, out_w = dst.shape[:2]
+        rois = [plan.roi for plan in plans]
+        for x0, y0, x1, y1 in _uncovered((0, 0, out_w, out_h), rois):
+            _fill(dst[y0:y1, x0:x1], fill)
+    else:
+        dst.fill(round(fill))
     warp = cv2.warpPerspective if perspective else cv2.warpAffine
     for plan in plans:
         tile, (u0, v0, u1, v1), (ax0, ay0, ax1, ay1) = plan.tile, plan.roi, plan.crop

@@ -8,6 +8,8 @@ blended), and the pixels must sit where the boxes say.
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
@@ -204,6 +206,25 @@ def test_fused_resize_is_deterministic_and_replays():
     fused, _ = _pipelines(21)
     again, _ = _run(fused, batch, "opencv", params)
     assert torch.equal(again.images, a.images)
+
+
+@pytest.mark.parametrize("degrees", [0.0, 20.0])
+def test_fused_warp_reads_nothing_stale_from_scratch(degrees):
+    """The warp writes every output pixel (tiles, then fill only where no tile lands): the
+    same parameters give the same pixels whatever an earlier call left in the scratch."""
+    from detfmt.augment import _opencv
+
+    batch = _batch(23)
+    runs = []
+    for junk in (7, 250):
+        with contextlib.ExitStack() as stack:  # the sets this thread and pool threads borrow
+            for _ in range(4):
+                stack.enter_context(_opencv._borrowed_scratch())
+                for name in ("warped", "tile", "window"):
+                    _opencv._scratch(name, (4 * SIZE, 4 * SIZE, 4)).fill(junk)
+        fused, _ = _pipelines(23, degrees=degrees)
+        runs.append(_run(fused, batch, "opencv")[0].images)
+    assert torch.equal(runs[0], runs[1])
 
 
 def test_resized_mosaic_alone_is_the_canvas_the_warp_reads():

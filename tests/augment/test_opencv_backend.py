@@ -310,10 +310,10 @@ def test_bookkeeping_runs_on_one_torch_thread_and_restores_it(monkeypatch):
 
 
 def test_uncovered_parts_of_a_window_complete_the_tiles():
-    """Tiles and the gaps `_uncovered` returns cover the window exactly once."""
+    """Rectangles and the gaps `_uncovered` returns cover the window exactly once."""
     import numpy as np
 
-    from detfmt.augment._opencv import Tile, _uncovered
+    from detfmt.augment._opencv import _uncovered
 
     rng = np.random.default_rng(0)
     for _ in range(200):
@@ -327,12 +327,12 @@ def test_uncovered_parts_of_a_window_complete_the_tiles():
             x0, x1 = sorted(int(v) for v in rng.integers(qx0, qx1 + 1, 2))
             y0, y1 = sorted(int(v) for v in rng.integers(qy0, qy1 + 1, 2))
             if x1 > x0 and y1 > y0:
-                tiles.append(Tile(np.zeros((1, 1, 3), np.uint8), x0, y0, x1, y1, 0, 0))
+                tiles.append((x0, y0, x1, y1))
         wx0, wx1 = sorted(int(v) for v in rng.integers(0, 41, 2))
         wy0, wy1 = sorted(int(v) for v in rng.integers(0, 41, 2))
         count = np.zeros((40, 40), int)
-        for t in tiles:
-            count[t.y0 : t.y1, t.x0 : t.x1] += 1
+        for x0, y0, x1, y1 in tiles:
+            count[y0:y1, x0:x1] += 1
         for x0, y0, x1, y1 in _uncovered((wx0, wy0, wx1, wy1), tiles):
             assert wx0 <= x0 < x1 <= wx1 and wy0 <= y0 < y1 <= wy1
             count[y0:y1, x0:x1] += 1
