@@ -99,46 +99,65 @@ def _byte(x):  # pragma: no cover
     return np.uint8(np.int32(x * np.float32(255.0)))
 
 
-@njit(nogil=True, cache=True, boundscheck=False, error_model="numpy")
-def recolour_planar(src, channels, hue_shift, sat_gain, val_gain,
-                    red, green, blue):  # pragma: no cover
-    """``src``: flat uint8 RGB (``channels`` 3) or RGBA (4) pixels; writes three flat planes."""
-    n = red.shape[0]
+# The loops over one run of pixels are separate functions: a row loop around a per-pixel
+# index in one function is not vectorised (an order of magnitude slower), a call per row is.
+@njit(boundscheck=False, error_model="numpy")
+def _planar_run(src, channels, hue_shift, sat_gain, val_gain, red, green, blue):  # pragma: no cover
     if channels == 4:
         words = src.view(np.uint32)
-        for p in range(n):
+        for p in range(red.shape[0]):
             r, g, b = _rgba(words[p])
             r, g, b = _pixel(r, g, b, hue_shift, sat_gain, val_gain)
             red[p] = _byte(r)
             green[p] = _byte(g)
             blue[p] = _byte(b)
     else:
-        for p in range(n):
+        for p in range(red.shape[0]):
             r, g, b = _pixel(np.float32(src[3 * p]), np.float32(src[3 * p + 1]),
                              np.float32(src[3 * p + 2]), hue_shift, sat_gain, val_gain)
             red[p] = _byte(r)
             green[p] = _byte(g)
             blue[p] = _byte(b)
+
+
+@njit(boundscheck=False, error_model="numpy")
+def _rgb_run(src, channels, hue_shift, sat_gain, val_gain, dst):  # pragma: no cover
+    if channels == 4:
+        words = src.view(np.uint32)
+        for p in range(dst.shape[0] // 3):
+            r, g, b = _rgba(words[p])
+            r, g, b = _pixel(r, g, b, hue_shift, sat_gain, val_gain)
+            dst[3 * p] = _byte(r)
+            dst[3 * p + 1] = _byte(g)
+            dst[3 * p + 2] = _byte(b)
+    else:
+        for p in range(dst.shape[0] // 3):
+            r, g, b = _pixel(np.float32(src[3 * p]), np.float32(src[3 * p + 1]),
+                             np.float32(src[3 * p + 2]), hue_shift, sat_gain, val_gain)
+            dst[3 * p] = _byte(r)
+            dst[3 * p + 1] = _byte(g)
+            dst[3 * p + 2] = _byte(b)
+
+
+@njit(nogil=True, cache=True, boundscheck=False, error_model="numpy")
+def recolour_planar(src, channels, width, x0, y0, x1, y1, hue_shift, sat_gain, val_gain,
+                    red, green, blue):  # pragma: no cover
+    """``src``: flat uint8 RGB (``channels`` 3) or RGBA (4) pixels, rows of ``width``; writes
+    the rectangle [x0, x1) x [y0, y1) of three flat planes."""
+    for y in range(y0, y1):
+        a, b = y * width + x0, y * width + x1
+        _planar_run(src[a * channels:b * channels], channels, hue_shift, sat_gain, val_gain,
+                    red[a:b], green[a:b], blue[a:b])
     return 0
 
 
 @njit(nogil=True, cache=True, boundscheck=False, error_model="numpy")
-def recolour_rgb(src, channels, hue_shift, sat_gain, val_gain, dst):  # pragma: no cover
-    """``src``: flat uint8 RGB (``channels`` 3) or RGBA (4) pixels; writes flat RGB ``dst``."""
-    n = dst.shape[0] // 3
-    if channels == 4:
-        words = src.view(np.uint32)
-        for p in range(n):
-            r, g, b = _rgba(words[p])
-            r, g, b = _pixel(r, g, b, hue_shift, sat_gain, val_gain)
-            dst[3 * p] = _byte(r)
-            dst[3 * p + 1] = _byte(g)
-            dst[3 * p + 2] = _byte(b)
-    else:
-        for p in range(n):
-            r, g, b = _pixel(np.float32(src[3 * p]), np.float32(src[3 * p + 1]),
-                             np.float32(src[3 * p + 2]), hue_shift, sat_gain, val_gain)
-            dst[3 * p] = _byte(r)
-            dst[3 * p + 1] = _byte(g)
-            dst[3 * p + 2] = _byte(b)
+def recolour_rgb(src, channels, width, x0, y0, x1, y1, hue_shift, sat_gain, val_gain,
+                 dst):  # pragma: no cover
+    """``src``: flat uint8 RGB (``channels`` 3) or RGBA (4) pixels, rows of ``width``; writes
+    the rectangle [x0, x1) x [y0, y1) of flat RGB ``dst``."""
+    for y in range(y0, y1):
+        a, b = y * width + x0, y * width + x1
+        _rgb_run(src[a * channels:b * channels], channels, hue_shift, sat_gain, val_gain,
+                 dst[3 * a:3 * b])
     return 0

@@ -46,8 +46,9 @@ def _load() -> tuple[Any, Any] | None:
     try:  # resolve both signatures now (the cache lookup happens on a call)
         for channels in (3, 4):
             source = pixel[: 3 * channels]
-            recolour_planar(source, channels, *identity, *np.zeros((3, 3), np.uint8))
-            recolour_rgb(source, channels, *identity, np.zeros(9, np.uint8))
+            recolour_planar(source, channels, 3, 0, 0, 3, 1, *identity,
+                            *np.zeros((3, 3), np.uint8))
+            recolour_rgb(source, channels, 3, 0, 0, 3, 1, *identity, np.zeros(9, np.uint8))
     except Exception as error:  # a numba that cannot compile it: OpenCV still gives the bytes
         warnings.warn(f"detfmt: the native HSV kernel did not compile ({error!r}); RandomHSV "
                       "runs through OpenCV", RuntimeWarning, stacklevel=3)
@@ -93,10 +94,14 @@ def _flat(array: np.ndarray) -> np.ndarray | None:
 
 
 def recolour(
-    image: np.ndarray, parameters: np.ndarray | None, dst: np.ndarray | list[np.ndarray]
+    image: np.ndarray,
+    parameters: np.ndarray | None,
+    dst: np.ndarray | list[np.ndarray],
+    rect: tuple[int, int, int, int] | None = None,
 ) -> bool:
     """Ultralytics' HSV jitter of one (H, W, 3 or 4) uint8 RGB(A) ``image`` with one row of
-    `lut_parameters`, written as RGB into ``dst`` (an (H, W, 3) array or three (H, W) planes).
+    `lut_parameters`, written as RGB into ``dst`` (an (H, W, 3) array or three (H, W) planes);
+    only the pixels of ``rect`` (x0, y0, x1, y1) when given, else all.
 
     False, with nothing written, where the kernel is not loaded, the parameters are missing or
     NaN, or a layout is not contiguous (the caller then runs OpenCV).
@@ -110,11 +115,12 @@ def recolour(
     targets = [_flat(plane) for plane in dst] if isinstance(dst, list) else [_flat(dst)]
     if source is None or any(t is None for t in targets):
         return False
+    height, width, channels = image.shape
+    x0, y0, x1, y1 = rect if rect is not None else (0, 0, width, height)
+    if not (0 <= x0 <= x1 <= width and 0 <= y0 <= y1 <= height):
+        raise ValueError(f"rectangle {rect} is not inside a {width}x{height} image")
     hue_shift, sat_gain, val_gain = (np.float32(p) for p in parameters)
     planar, rgb = kernels
-    channels = image.shape[-1]
-    if len(targets) == 3:
-        planar(source, channels, hue_shift, sat_gain, val_gain, *targets)
-    else:
-        rgb(source, channels, hue_shift, sat_gain, val_gain, targets[0])
+    kernel = planar if len(targets) == 3 else rgb
+    kernel(source, channels, width, x0, y0, x1, y1, hue_shift, sat_gain, val_gain, *targets)
     return True

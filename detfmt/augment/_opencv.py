@@ -485,8 +485,13 @@ def _warp_tiles(
     perspective: bool,
     axis_aligned: bool,
     flags: int,
-) -> None:
+    fill_gaps: bool = True,
+) -> list[tuple[int, int, int, int]] | None:
     """Warp each planned tile straight from its array into ``dst`` (H, W, staged), fill elsewhere.
+
+    Returns the rectangles (x0, y0, x1, y1) the tiles wrote, outside which ``dst`` is fill, for
+    an axis-aligned map; None otherwise. ``fill_gaps=False`` leaves the pixels outside them
+    unwritten (for a caller that writes its output's fill itself).
 
     Each ROI pixel gets one bilinear sample of the stored image (`_plan_tiles`), so a pixel is
     the tile under its centre and a tile edge is a cut, not a blend. For an axis-aligned map
@@ -496,11 +501,13 @@ def _warp_tiles(
     centres the rectangle holds (a nearest-neighbour warp of the rectangle).
     """
     cv2 = _cv2()
+    content = None
     if axis_aligned:  # the ROIs are disjoint and every pixel of one is written
-        out_h, out_w = dst.shape[:2]
-        rois = [plan.roi for plan in plans]
-        for x0, y0, x1, y1 in _uncovered((0, 0, out_w, out_h), rois):
-            _fill(dst[y0:y1, x0:x1], fill)
+        content = [plan.roi for plan in plans]
+        if fill_gaps:
+            out_h, out_w = dst.shape[:2]
+            for x0, y0, x1, y1 in _uncovered((0, 0, out_w, out_h), content):
+                _fill(dst[y0:y1, x0:x1], fill)
     else:
         dst.fill(round(fill))
     warp = cv2.warpPerspective if perspective else cv2.warpAffine
@@ -526,6 +533,7 @@ def _warp_tiles(
              flags=cv2.INTER_NEAREST | cv2.WARP_INVERSE_MAP, borderMode=cv2.BORDER_CONSTANT,
              borderValue=0)
         cv2.copyTo(_plane(warped), mask, _plane(roi))
+    return content
 
 
 def warp_images_opencv(
@@ -598,9 +606,15 @@ def warp_images_opencv(
             return target[0][..., None] if planar else target
         return _scratch("warped", (out_h, out_w, staged))
 
-    def finish(i: int, warped: np.ndarray) -> None:
+    # Recoloured samples: where the warp knows which rectangles hold the sample (a scale and
+    # translation), the scratch outside them is left unwritten and `_hsv_into` writes the
+    # recoloured fill there instead of recolouring fill pixels.
+    recoloured = tables is not None
+
+    def finish(i: int, warped: np.ndarray, content: list[tuple[int, int, int, int]] | None = None
+               ) -> None:
         if tables is not None:
-            _hsv_into(warped, native[i], tables[i], used[i], targets[i])
+            _hsv_into(warped, native[i], tables[i], used[i], targets[i], content, fill)
         elif not direct:
             _convert_into(warped, targets[i])
 
@@ -608,7 +622,7 @@ def warp_images_opencv(
         x0, y0, x1, y1 = windows[i]
         warped = warp_target(i)
         if tiled[i]:
-            _warp_tiles(
+            content = _warp_tiles(
                 plans[i],
                 warped,
                 fill=fill,
@@ -616,10 +630,14 @@ def warp_images_opencv(
                 perspective=perspective,
                 axis_aligned=axis_aligned[i],
                 flags=flags,
+                fill_gaps=not recoloured,
             )
-            finish(i, warped)
+            finish(i, warped, content)
             return
         if x1 <= x0 or y1 <= y0:  # the output sees none of the canvas
+            if recoloured:
+                finish(i, warped, [])
+                return
             warped.fill(round(fill))
             finish(i, warped)
             return
@@ -636,9 +654,11 @@ def warp_images_opencv(
             target, size = warped, (out_w, out_h)
         else:  # scale and translation: warp only the pixels inside, fill the rest
             r0, r1, c0, c1 = rectangle
-            fill_around(warped, rectangle, round(fill))
-            if r1 <= r0 or c1 <= c0:
-                finish(i, warped)
+            content = [(c0, r0, c1, r1)] if r1 > r0 and c1 > c0 else []
+            if not recoloured:
+                fill_around(warped, rectangle, round(fill))
+            if not content:
+                finish(i, warped, content)
                 return
             m[:, 2] += m[:, 0] * c0 + m[:, 1] * r0  # output pixel (u, v) is ROI pixel + (c0, r0)
             target, size = warped[r0:r1, c0:c1], (c1 - c0, r1 - r0)
@@ -653,7 +673,9 @@ def warp_images_opencv(
         )
         if rectangle is None:
             cut_to_region(warped, to_source[i], regions[i], round(fill))
-        finish(i, warped)
+            finish(i, warped)
+        else:
+            finish(i, warped, content)
 
     _for_each_sample(batch, one)
     return out
@@ -727,6 +749,8 @@ def _hsv_into(
     tables: np.ndarray,
     used: list[bool],
     dst: np.ndarray | list[np.ndarray],
+    content: list[tuple[int, int, int, int]] | None = None,
+    fill: float = 0.0,
 ) -> None:
     """Ultralytics' HSV LUTs on one RGB or RGBA (H, W, C) image, written as RGB into ``dst``
     (an (H, W, 3) view, or a list of 3 planes).
@@ -734,9 +758,17 @@ def _hsv_into(
     The native kernel where numba is installed (`_native.recolour`: the same bytes in one
     pass); else cvtColor, split, one LUT per plane where ``used``, merge, cvtColor, into this
     thread's scratch buffers (a 3-channel LUT is slower than split + 3 single-channel ones +
-    merge).
+    merge). ``content``: the disjoint rectangles (x0, y0, x1, y1) of ``image`` that are
+    written; every other pixel is ``fill`` (and is not read: it gets the fill's recoloured
+    value, the kernel's own result for that colour).
     """
-    if recolour(image, parameters, dst):
+    if content is not None:
+        if _recolour_content(image, parameters, dst, content, fill):
+            return
+        height, width = image.shape[:2]
+        for x0, y0, x1, y1 in _uncovered((0, 0, width, height), content):
+            _fill(image[y0:y1, x0:x1], fill)
+    elif recolour(image, parameters, dst):
         return
     cv2 = _cv2()
     height, width = image.shape[:2]
@@ -754,6 +786,34 @@ def _hsv_into(
         cv2.split(rgb, dst)
     else:
         cv2.cvtColor(hsv, cv2.COLOR_HSV2RGB, dst=dst)
+
+
+def _recolour_content(
+    image: np.ndarray,
+    parameters: np.ndarray,
+    dst: np.ndarray | list[np.ndarray],
+    content: list[tuple[int, int, int, int]],
+    fill: float,
+) -> bool:
+    """`_hsv_into` by the native kernel over ``content`` only, the recoloured fill elsewhere;
+    False where the kernel declines (the caller then recolours every pixel of ``dst``)."""
+    pixel = np.full((1, 1, image.shape[-1]), round(fill), dtype=np.uint8)
+    colour = np.empty((1, 1, 3), dtype=np.uint8)
+    if not recolour(pixel, parameters, colour):
+        return False
+    for rect in content:
+        if not recolour(image, parameters, dst, rect):
+            return False
+    height, width = image.shape[:2]
+    planes = dst if isinstance(dst, list) else None
+    for x0, y0, x1, y1 in _uncovered((0, 0, width, height), content):
+        if planes is None:
+            assert isinstance(dst, np.ndarray)
+            dst[y0:y1, x0:x1] = colour[0, 0]
+        else:
+            for plane, value in zip(planes, colour[0, 0].tolist(), strict=True):
+                plane[y0:y1, x0:x1] = value
+    return True
 
 
 def hsv_opencv(images: torch.Tensor, gains: torch.Tensor) -> torch.Tensor:

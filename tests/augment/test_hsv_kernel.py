@@ -162,3 +162,56 @@ def test_a_kernel_that_does_not_compile_falls_back_to_opencv(monkeypatch):
     monkeypatch.setattr(_hsv_numba, "recolour_planar", broken)
     with pytest.warns(RuntimeWarning, match="did not compile"):
         assert _native._load() is None
+
+
+@pytest.mark.parametrize("planar", [False, True])
+def test_a_rectangle_recolours_exactly_its_pixels(planar):
+    """``rect`` writes the whole-image result inside it and nothing outside."""
+    rng = np.random.default_rng(5)
+    image = rng.integers(0, 256, (9, 37, 4), dtype=np.uint8)
+    g = np.array([[0.02, 0.5, -0.35]])
+    params = _native.lut_parameters(g, hsv_luts(g))[0]
+    whole = np.empty((9, 37, 3), np.uint8)
+    assert _native.recolour(image, params, whole)
+    for x0, y0, x1, y1 in [(0, 0, 37, 9), (3, 2, 30, 7), (5, 4, 5, 8), (36, 8, 37, 9)]:
+        out = np.full((9, 37, 3), 17, np.uint8)
+        planes = [np.full((9, 37), 17, np.uint8) for _ in range(3)]
+        assert _native.recolour(image, params, planes if planar else out, (x0, y0, x1, y1))
+        got = np.stack(planes, axis=-1) if planar else out
+        inside = np.zeros((9, 37), bool)
+        inside[y0:y1, x0:x1] = True
+        assert np.array_equal(got[inside], whole[inside])
+        assert (got[~inside] == 17).all()
+    with pytest.raises(ValueError, match="not inside"):
+        _native.recolour(image, params, whole, (0, 0, 38, 9))
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_content_rectangles_give_the_whole_image_result(native, monkeypatch):
+    """`_hsv_into` with the rectangles that hold the sample: the pixels outside them are never
+    read (junk there changes nothing) and get exactly what recolouring the fill gives; where
+    the kernel declines, the fill is written and every pixel recoloured by OpenCV."""
+    if not native:
+        monkeypatch.setattr(_native, "recolour_kernels", lambda: None)
+    rng = np.random.default_rng(6)
+    fill = 114
+    content = [(0, 0, 20, 11), (20, 0, 33, 6), (4, 11, 33, 16)]
+    image = np.full((19, 41, 4), fill, np.uint8)
+    for x0, y0, x1, y1 in content:
+        image[y0:y1, x0:x1] = rng.integers(0, 256, (y1 - y0, x1 - x0, 4), dtype=np.uint8)
+    params, tables, used = _hsv_tables(torch.tensor([GAINS[0]], dtype=torch.float64))
+    assert not np.isnan(params).any()  # the kernel takes these gains where it is loaded
+    want = np.empty((19, 41, 3), np.uint8)
+    _hsv_into(image.copy(), params[0], tables[0], used[0], want)
+    junk = image.copy()
+    mask = np.ones((19, 41), bool)
+    for x0, y0, x1, y1 in content:
+        mask[y0:y1, x0:x1] = False
+    junk[mask] = rng.integers(0, 256, (int(mask.sum()), 4), dtype=np.uint8)
+    for planar in (False, True):
+        planes = [np.empty((19, 41), np.uint8) for _ in range(3)]
+        out = np.empty((19, 41, 3), np.uint8)
+        _hsv_into(junk.copy(), params[0], tables[0], used[0], planes if planar else out,
+                  content, fill)
+        got = np.stack(planes, axis=-1) if planar else out
+        assert np.array_equal(got, want)
