@@ -139,25 +139,64 @@ def _rgb_run(src, channels, hue_shift, sat_gain, val_gain, dst):  # pragma: no c
             dst[3 * p + 2] = _byte(b)
 
 
+@njit(inline="always")
+def _next_run(starts, ends, width, y):  # pragma: no cover
+    """The flat pixel range [a, b) of row y's span, extended over the following rows while the
+    spans are whole rows (one long run: the vector loop's remainder once, not per row), and
+    the row after it."""
+    a = y * width + starts[y]
+    if starts[y] == 0 and ends[y] == width:
+        while y + 1 < starts.shape[0] and starts[y + 1] == 0 and ends[y + 1] == width:
+            y += 1
+        return a, (y + 1) * width, y + 1
+    return a, y * width + ends[y], y + 1
+
+
+@njit(inline="always")
+def _fill_colour(fill, hue_shift, sat_gain, val_gain):  # pragma: no cover
+    level = np.float32(fill)
+    r, g, b = _pixel(level, level, level, hue_shift, sat_gain, val_gain)
+    return _byte(r), _byte(g), _byte(b)
+
+
 @njit(nogil=True, cache=True, boundscheck=False, error_model="numpy")
-def recolour_planar(src, channels, width, x0, y0, x1, y1, hue_shift, sat_gain, val_gain,
+def recolour_planar(src, channels, width, starts, ends, fill, hue_shift, sat_gain, val_gain,
                     red, green, blue):  # pragma: no cover
     """``src``: flat uint8 RGB (``channels`` 3) or RGBA (4) pixels, rows of ``width``; writes
-    the rectangle [x0, x1) x [y0, y1) of three flat planes."""
-    for y in range(y0, y1):
-        a, b = y * width + x0, y * width + x1
-        _planar_run(src[a * channels:b * channels], channels, hue_shift, sat_gain, val_gain,
-                    red[a:b], green[a:b], blue[a:b])
+    three flat planes: columns [starts[y], ends[y]) of row y recoloured from ``src``, the rest
+    of the row the recoloured grey ``fill`` (``src`` is not read there)."""
+    fr, fg, fb = _fill_colour(fill, hue_shift, sat_gain, val_gain)
+    y = 0
+    while y < starts.shape[0]:
+        row = y * width
+        a, b, y = _next_run(starts, ends, width, y)
+        if b > a:
+            _planar_run(src[a * channels:b * channels], channels, hue_shift, sat_gain, val_gain,
+                        red[a:b], green[a:b], blue[a:b])
+        if b - a < width:  # one row, not all of it
+            for lo, hi in ((row, a), (max(a, b), row + width)):
+                red[lo:hi] = fr
+                green[lo:hi] = fg
+                blue[lo:hi] = fb
     return 0
 
 
 @njit(nogil=True, cache=True, boundscheck=False, error_model="numpy")
-def recolour_rgb(src, channels, width, x0, y0, x1, y1, hue_shift, sat_gain, val_gain,
+def recolour_rgb(src, channels, width, starts, ends, fill, hue_shift, sat_gain, val_gain,
                  dst):  # pragma: no cover
-    """``src``: flat uint8 RGB (``channels`` 3) or RGBA (4) pixels, rows of ``width``; writes
-    the rectangle [x0, x1) x [y0, y1) of flat RGB ``dst``."""
-    for y in range(y0, y1):
-        a, b = y * width + x0, y * width + x1
-        _rgb_run(src[a * channels:b * channels], channels, hue_shift, sat_gain, val_gain,
-                 dst[3 * a:3 * b])
+    """As `recolour_planar`, into flat RGB ``dst``."""
+    fr, fg, fb = _fill_colour(fill, hue_shift, sat_gain, val_gain)
+    y = 0
+    while y < starts.shape[0]:
+        row = y * width
+        a, b, y = _next_run(starts, ends, width, y)
+        if b > a:
+            _rgb_run(src[a * channels:b * channels], channels, hue_shift, sat_gain, val_gain,
+                     dst[3 * a:3 * b])
+        if b - a < width:
+            for lo, hi in ((row, a), (max(a, b), row + width)):
+                for p in range(lo, hi):
+                    dst[3 * p] = fr
+                    dst[3 * p + 1] = fg
+                    dst[3 * p + 2] = fb
     return 0

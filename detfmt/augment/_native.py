@@ -46,9 +46,10 @@ def _load() -> tuple[Any, Any] | None:
     try:  # resolve both signatures now (the cache lookup happens on a call)
         for channels in (3, 4):
             source = pixel[: 3 * channels]
-            recolour_planar(source, channels, 3, 0, 0, 3, 1, *identity,
+            starts, ends = np.zeros(1, np.int64), np.full(1, 3, np.int64)
+            recolour_planar(source, channels, 3, starts, ends, 0, *identity,
                             *np.zeros((3, 3), np.uint8))
-            recolour_rgb(source, channels, 3, 0, 0, 3, 1, *identity, np.zeros(9, np.uint8))
+            recolour_rgb(source, channels, 3, starts, ends, 0, *identity, np.zeros(9, np.uint8))
     except Exception as error:  # a numba that cannot compile it: OpenCV still gives the bytes
         warnings.warn(f"detfmt: the native HSV kernel did not compile ({error!r}); RandomHSV "
                       "runs through OpenCV", RuntimeWarning, stacklevel=3)
@@ -97,11 +98,15 @@ def recolour(
     image: np.ndarray,
     parameters: np.ndarray | None,
     dst: np.ndarray | list[np.ndarray],
-    rect: tuple[int, int, int, int] | None = None,
+    spans: tuple[np.ndarray, np.ndarray] | None = None,
+    fill: int = 0,
 ) -> bool:
     """Ultralytics' HSV jitter of one (H, W, 3 or 4) uint8 RGB(A) ``image`` with one row of
-    `lut_parameters`, written as RGB into ``dst`` (an (H, W, 3) array or three (H, W) planes);
-    only the pixels of ``rect`` (x0, y0, x1, y1) when given, else all.
+    `lut_parameters`, written as RGB into ``dst`` (an (H, W, 3) array or three (H, W) planes).
+
+    ``spans`` (starts, ends: (H,) int): only columns [starts[y], ends[y]) of each row y are read
+    from ``image``; the rest of ``dst`` gets what the grey level ``fill`` recolours to (the
+    kernel's own result for that colour, as if ``image`` held it there).
 
     False, with nothing written, where the kernel is not loaded, the parameters are missing or
     NaN, or a layout is not contiguous (the caller then runs OpenCV).
@@ -116,11 +121,18 @@ def recolour(
     if source is None or any(t is None for t in targets):
         return False
     height, width, channels = image.shape
-    x0, y0, x1, y1 = rect if rect is not None else (0, 0, width, height)
-    if not (0 <= x0 <= x1 <= width and 0 <= y0 <= y1 <= height):
-        raise ValueError(f"rectangle {rect} is not inside a {width}x{height} image")
+    if spans is None:
+        starts, ends = np.zeros(height, np.int64), np.full(height, width, np.int64)
+    else:
+        starts, ends = (np.ascontiguousarray(v, dtype=np.int64) for v in spans)
+        if starts.shape != (height,) or ends.shape != (height,) or not (
+            (starts >= 0).all() and (starts <= ends).all() and (ends <= width).all()
+        ):
+            raise ValueError(f"spans must be (H,) = ({height},) columns within 0..{width}, "
+                             "start <= end")
     hue_shift, sat_gain, val_gain = (np.float32(p) for p in parameters)
     planar, rgb = kernels
     kernel = planar if len(targets) == 3 else rgb
-    kernel(source, channels, width, x0, y0, x1, y1, hue_shift, sat_gain, val_gain, *targets)
+    kernel(source, channels, width, starts, ends, int(fill), hue_shift, sat_gain, val_gain,
+           *targets)
     return True

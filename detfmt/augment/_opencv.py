@@ -795,25 +795,23 @@ def _recolour_content(
     content: list[tuple[int, int, int, int]],
     fill: float,
 ) -> bool:
-    """`_hsv_into` by the native kernel over ``content`` only, the recoloured fill elsewhere;
-    False where the kernel declines (the caller then recolours every pixel of ``dst``)."""
-    pixel = np.full((1, 1, image.shape[-1]), round(fill), dtype=np.uint8)
-    colour = np.empty((1, 1, 3), dtype=np.uint8)
-    if not recolour(pixel, parameters, colour):
-        return False
-    for rect in content:
-        if not recolour(image, parameters, dst, rect):
-            return False
+    """`_hsv_into` by the native kernel over the span of each row that ``content`` holds, the
+    recoloured fill elsewhere; False where the kernel declines (the caller then recolours every
+    pixel of ``dst``). Pixels between two rectangles of one row (rare: `Mosaic`'s tiles meet)
+    are filled in ``image`` first, as the kernel reads them."""
     height, width = image.shape[:2]
-    planes = dst if isinstance(dst, list) else None
+    starts = np.full(height, width, dtype=np.int64)
+    ends = np.zeros(height, dtype=np.int64)
+    for x0, y0, x1, y1 in content:
+        np.minimum(starts[y0:y1], x0, out=starts[y0:y1])
+        np.maximum(ends[y0:y1], x1, out=ends[y0:y1])
+    empty = ends <= starts
+    starts[empty] = 0
+    ends[empty] = 0
     for x0, y0, x1, y1 in _uncovered((0, 0, width, height), content):
-        if planes is None:
-            assert isinstance(dst, np.ndarray)
-            dst[y0:y1, x0:x1] = colour[0, 0]
-        else:
-            for plane, value in zip(planes, colour[0, 0].tolist(), strict=True):
-                plane[y0:y1, x0:x1] = value
-    return True
+        if starts[y0] < x0 and x1 < ends[y0]:  # inside its rows' span (a band shares one)
+            _fill(image[y0:y1, x0:x1], fill)
+    return recolour(image, parameters, dst, (starts, ends), round(fill))
 
 
 def hsv_opencv(images: torch.Tensor, gains: torch.Tensor) -> torch.Tensor:

@@ -165,37 +165,46 @@ def test_a_kernel_that_does_not_compile_falls_back_to_opencv(monkeypatch):
 
 
 @pytest.mark.parametrize("planar", [False, True])
-def test_a_rectangle_recolours_exactly_its_pixels(planar):
-    """``rect`` writes the whole-image result inside it and nothing outside."""
+def test_spans_read_only_their_pixels(planar):
+    """With ``spans``, each row's span is the whole-image result and the rest of the row is
+    the recoloured fill (what the whole image gives where it holds the fill), whatever the
+    image holds there (whole rows, partial ones, empty ones and merged runs of whole rows)."""
     rng = np.random.default_rng(5)
+    fill = 114
     image = rng.integers(0, 256, (9, 37, 4), dtype=np.uint8)
-    g = np.array([[0.02, 0.5, -0.35]])
+    g = np.array([GAINS[0]])
     params = _native.lut_parameters(g, hsv_luts(g))[0]
-    whole = np.empty((9, 37, 3), np.uint8)
-    assert _native.recolour(image, params, whole)
-    for x0, y0, x1, y1 in [(0, 0, 37, 9), (3, 2, 30, 7), (5, 4, 5, 8), (36, 8, 37, 9)]:
-        out = np.full((9, 37, 3), 17, np.uint8)
-        planes = [np.full((9, 37), 17, np.uint8) for _ in range(3)]
-        assert _native.recolour(image, params, planes if planar else out, (x0, y0, x1, y1))
-        got = np.stack(planes, axis=-1) if planar else out
+    for x0, y0, x1, y1 in [(0, 0, 37, 9), (0, 2, 37, 7), (3, 2, 30, 7), (5, 4, 5, 8),
+                           (36, 8, 37, 9)]:
         inside = np.zeros((9, 37), bool)
         inside[y0:y1, x0:x1] = True
-        assert np.array_equal(got[inside], whole[inside])
-        assert (got[~inside] == 17).all()
-    with pytest.raises(ValueError, match="not inside"):
-        _native.recolour(image, params, whole, (0, 0, 38, 9))
+        filled = np.where(inside[..., None], image, fill).astype(np.uint8)
+        want = np.empty((9, 37, 3), np.uint8)
+        assert _native.recolour(filled, params, want)
+        out = np.full((9, 37, 3), 17, np.uint8)
+        planes = [np.full((9, 37), 17, np.uint8) for _ in range(3)]
+        starts, ends = np.zeros(9, int), np.zeros(9, int)
+        starts[y0:y1], ends[y0:y1] = x0, x1
+        assert _native.recolour(image, params, planes if planar else out, (starts, ends), fill)
+        got = np.stack(planes, axis=-1) if planar else out
+        assert np.array_equal(got, want)
+    for starts, ends in [(np.zeros(9), np.full(9, 38)), (np.full(9, 3), np.full(9, 2)),
+                         (np.zeros(8), np.zeros(8))]:
+        with pytest.raises(ValueError, match="spans"):
+            _native.recolour(image, params, out, (starts, ends))
 
 
 @pytest.mark.parametrize("native", [True, False])
 def test_content_rectangles_give_the_whole_image_result(native, monkeypatch):
-    """`_hsv_into` with the rectangles that hold the sample: the pixels outside them are never
-    read (junk there changes nothing) and get exactly what recolouring the fill gives; where
-    the kernel declines, the fill is written and every pixel recoloured by OpenCV."""
+    """`_hsv_into` with the rectangles that hold the sample: the pixels outside them (a gap
+    between two rectangles of a row included) are never read (junk there changes nothing) and
+    get exactly what recolouring the fill gives; where the kernel declines, the fill is written
+    and every pixel recoloured by OpenCV."""
     if not native:
         monkeypatch.setattr(_native, "recolour_kernels", lambda: None)
     rng = np.random.default_rng(6)
     fill = 114
-    content = [(0, 0, 20, 11), (20, 0, 33, 6), (4, 11, 33, 16)]
+    content = [(0, 0, 20, 11), (20, 0, 33, 6), (4, 11, 15, 16), (22, 11, 33, 16)]
     image = np.full((19, 41, 4), fill, np.uint8)
     for x0, y0, x1, y1 in content:
         image[y0:y1, x0:x1] = rng.integers(0, 256, (y1 - y0, x1 - x0, 4), dtype=np.uint8)
