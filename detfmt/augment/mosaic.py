@@ -23,7 +23,7 @@ from detfmt.augment._base import (
     fill_for,
     image_hw,
 )
-from detfmt.augment._geometry import GeometryState, apply_geometric, mapped_extent
+from detfmt.augment._geometry import apply_geometric
 from detfmt.augment._matrix import clip_boxes, eye, transform_boxes
 from detfmt.augment._memory import channels_last, empty_hwc
 from detfmt.augment._slots import where_kept
@@ -179,11 +179,11 @@ class _RingBuffer(nn.Module):
                 store[lo:hi, :slots].copy_(value[taken])
             # Box slots this batch does not have are padding (an older sample may have used them).
             if slots < self.boxes.shape[1]:
-                self.boxes[lo:hi, slots:] = 0
-                self.classes[lo:hi, slots:] = -1
-                self.mask[lo:hi, slots:] = False
+                self.boxes[lo:hi, slots:].fill_(0)
+                self.classes[lo:hi, slots:].fill_(-1)
+                self.mask[lo:hi, slots:].fill_(False)
                 for value in self.per_box.values():
-                    value[lo:hi, slots:] = 0
+                    value[lo:hi, slots:].fill_(0)
             if rows is None:
                 self.images[lo:hi, :, :height, :width].copy_(batch.images[taken])
             else:
@@ -281,6 +281,7 @@ class _Placement(NamedTuple):
     center: torch.Tensor  # (B, 2) int64 (xc, yc)
     chosen: torch.Tensor  # (B,) bool: a mosaic (else the sample alone)
     scale: torch.Tensor | None  # (B, 4, 2) float64 (sx, sy) of each tile's resize, or None
+    stored: torch.Tensor  # (B, 2) int64 (h, w) valid region of each sample of the batch
 
 
 @dataclasses.dataclass(frozen=True)
@@ -389,16 +390,17 @@ class Mosaic(Augmentation):
         height, width = self._tile_hw(batch)
         pool = bsz + (self.buffer.filled if self.buffer is not None else 0)
         partners = rnd.randint(g, 0, pool, (bsz, 3), dev)
-        xc = torch.floor(rnd.uniform(g, (bsz,), width / 2, 1.5 * width, dev, torch.float64))
-        yc = torch.floor(rnd.uniform(g, (bsz,), height / 2, 1.5 * height, dev, torch.float64))
+        xc = rnd.uniform(g, (bsz,), width / 2, 1.5 * width, dev, torch.float64)
+        yc = rnd.uniform(g, (bsz,), height / 2, 1.5 * height, dev, torch.float64)
         return {
             "tiles": torch.cat([torch.arange(bsz, device=dev)[:, None], partners], dim=1),
+            # int(): the cast truncates, the floor of these positive draws.
             "center": torch.stack([xc, yc], dim=1).to(torch.int64),
             "apply": rnd.bernoulli(g, (bsz,), self.p, dev),
         }
 
     def _gather(
-        self, batch: Batch, tiles: torch.Tensor, with_images: bool
+        self, batch: Batch, tiles: torch.Tensor, sizes: torch.Tensor, with_images: bool
     ) -> tuple[tuple[torch.Tensor, ...], dict[str, torch.Tensor]]:
         """[images (B, 4, TH, TW, C),] boxes, classes, mask (B, 4, M, ...), sizes (B, 4, 2),
         and the per-box extras (B, 4, M, ...) by name.
@@ -406,9 +408,9 @@ class Mosaic(Augmentation):
         With a buffer, the batch and the buffer are widened to common box slots (and, for the
         images, a common tile canvas TH x TW): they differ when batches do. Each field is one
         index into the batch followed by the held samples oldest first (tile index order), so
-        a field costs a concatenation and an index, whatever the tiles.
+        a field costs a concatenation and an index, whatever the tiles. ``sizes``: the batch's
+        valid regions (`_content_sizes`).
         """
-        sizes = _content_sizes(batch)
         per_box = batch.per_box()
         names = list(per_box)
         fields = [batch.boxes, batch.classes, batch.mask, sizes, *per_box.values()]
@@ -475,7 +477,7 @@ class Mosaic(Augmentation):
         make = self._canvas_by_slices if by_slices else self._canvas
         canvas = make(batch, placement)
         if self.buffer is not None:
-            self.buffer.push(batch, _content_sizes(batch))
+            self.buffer.push(batch, placement.stored)
         return out.replace(images=canvas)
 
     def _resized_canvas(self, batch: Batch, params: Params) -> Batch:
@@ -535,7 +537,7 @@ class Mosaic(Augmentation):
 
         def finish() -> None:
             if self.buffer is not None:
-                self.buffer.push(batch, _content_sizes(batch))
+                self.buffer.push(batch, placement.stored)
 
         return out.replace(images=placeholder), source, finish
 
@@ -549,14 +551,16 @@ class Mosaic(Augmentation):
         """
         height, width = self._tile_hw(batch)
         tiles, center, chosen = params["tiles"], params["center"], params["apply"]
-        gathered, per_box = self._gather(batch, tiles, with_images=with_images)
+        stored = _content_sizes(batch)
+        gathered, per_box = self._gather(batch, tiles, stored, with_images=with_images)
         images = gathered[0] if with_images else tiles
         boxes, classes, mask, sizes = gathered[-4:]
         scale = None
         if self.resize is not None:
-            images, boxes, sizes, scale = self._resize_tiles(images, gathered, with_images)
+            images, boxes, extent, scale = self._resize_tiles(images, gathered, with_images)
+        else:
+            extent = sizes.flip(-1)  # (B, 4, 2) (w, h) placed
         const = self._constants(height, width, center.device, boxes.dtype, classes.dtype)
-        extent = sizes.flip(-1)  # (B, 4, 2) (w, h) placed
         # Tile q touches the centre with its corner: q 0 its bottom-right, 1 its bottom-left,
         # 2 its top-right, 3 its top-left.
         corner = center[:, None] - extent * const.toward
@@ -592,7 +596,7 @@ class Mosaic(Augmentation):
             sizes=sizes_out,
             extras={**batch.extras, **where_kept(per_box, keep)},
         )
-        return out, _Placement(images, origin, extent, center, chosen, scale)
+        return out, _Placement(images, origin, extent, center, chosen, scale, stored)
 
     def _constants(
         self,
@@ -620,7 +624,7 @@ class Mosaic(Augmentation):
         """Each gathered tile through `Letterbox` (resize, center=False)'s matrix.
 
         Returns the tile images (``images`` resized to (B, 4, S, S, C) when ``with_images``;
-        else ``images``, the tile indices, unchanged), boxes and (h, w) extents in the resized
+        else ``images``, the tile indices, unchanged), boxes and (w, h) extents in the resized
         frame, and each tile's (sx, sy) (B, 4, 2): the matrix is a pure scale, so frame point x
         of a tile holds its stored image at x / sx.
         """
@@ -629,21 +633,17 @@ class Mosaic(Augmentation):
         bsz, quads, slots = boxes.shape[:3]
         flat_sizes = sizes.reshape(bsz * quads, 2)
         flat_boxes = boxes.reshape(bsz * quads, slots, 4).to(torch.float32)
-        state = GeometryState(
-            batch_size=bsz * quads,
-            image_size=self.resize.size,
-            sizes=flat_sizes,
-            unmapped_boxes=flat_boxes,
-            mask=mask.reshape(bsz * quads, slots),
-            device=boxes.device,
-        )
-        plan = self.resize.plan(state, {})
+        hw = flat_sizes.to(torch.float64)
+        fit = self.resize.fit(hw[:, 0], hw[:, 1])
+        matrix = fit.matrix.to(torch.float32)  # as `Letterbox.plan` gives it
         affine = self.resize.affine_only
-        moved = transform_boxes(flat_boxes, plan.matrix, affine).to(boxes.dtype).view_as(boxes)
-        extent = mapped_extent(
-            flat_sizes, self.resize.size, plan.matrix, plan.out_size, affine=affine
-        )
-        scale = torch.diagonal(plan.matrix[:, :2, :2], dim1=1, dim2=2)  # (sx, sy)
+        moved = transform_boxes(flat_boxes, matrix, affine).to(boxes.dtype).view_as(boxes)
+        # The placed extent is the content the letterbox makes, round(h r) x round(w r): what
+        # `mapped_extent` of the float32 matrix gives too (its scale is within 2^-24 of the
+        # exact ratio, far inside that function's 1e-3 tolerance below 16384 px), without
+        # mapping the region's corners.
+        extent = torch.stack([fit.width, fit.height], dim=-1)
+        scale = torch.diagonal(matrix[:, :2, :2], dim1=1, dim2=2)  # (sx, sy)
         if with_images:
             tile_h, tile_w, channels = images.shape[2:]
             flat = Batch(
@@ -678,7 +678,7 @@ class Mosaic(Augmentation):
             x.tolist() for x in placement[:5]
         )
         scales = placement.scale.tolist() if placement.scale is not None else None
-        stored = _content_sizes(batch).tolist() if scales is not None else []
+        stored = placement.stored.tolist() if scales is not None else []
         # One numpy view of the whole buffer, indexed per tile (a torch index, permute and
         # numpy() per tile cost more than the rest of the loop).
         buf = self.buffer
