@@ -68,7 +68,7 @@ class _RingBuffer(nn.Module):
         self.sizes: torch.Tensor | None = None
         self.per_box: dict[str, torch.Tensor] = {}  # (capacity, slots, ...) per-box extras
 
-    def _check_compatible(self, batch: Batch) -> None:
+    def check_compatible(self, batch: Batch) -> None:
         """Shapes may change between batches; channels, dtypes and device may not."""
         assert self.images is not None and self.boxes is not None and self.classes is not None
         images = batch.images
@@ -147,7 +147,7 @@ class _RingBuffer(nn.Module):
         slots = batch.boxes.shape[1]
         if self.images is None:
             self._allocate(batch, height, width, slots)
-        self._check_compatible(batch)
+        self.check_compatible(batch)
         assert self.images is not None and self.boxes is not None and self.classes is not None
         assert self.mask is not None and self.sizes is not None
         held_h, held_w = self.images.shape[-2:]
@@ -422,21 +422,24 @@ class Mosaic(Augmentation):
         else:
             assert buf.boxes is not None and buf.classes is not None and buf.mask is not None
             assert buf.sizes is not None
+            buf.check_compatible(batch)  # before any work; the dtypes then agree
             held_m = buf.slots_in_use()
             slots = max(batch.boxes.shape[1], held_m)
             fills: list[float | bool | None] = [0.0, -1, False, None, *[0] * len(names)]
             stored = [buf.boxes, buf.classes, buf.mask, buf.sizes,
                       *(buf.per_box[name] for name in names)]
             runs = buf.runs_in_order()
+            flat = tiles.reshape(-1)
             out = []
             for value, held, fill in zip(fields, stored, fills, strict=True):
                 if fill is not None:
                     # Slots beyond a held sample's own are padding in the buffer too.
                     value = _pad_slots(value, slots, fill)
-                    held = held[:, :slots] if held.shape[1] >= slots else _pad_slots(
+                    held = held.narrow(1, 0, slots) if held.shape[1] >= slots else _pad_slots(
                         held, slots, fill)
-                parts = [value, *(held[lo:hi].to(value.dtype) for lo, hi in runs)]
-                out.append(torch.cat(parts)[tiles])
+                parts = [value, *(held.narrow(0, lo, hi - lo) for lo, hi in runs)]
+                pooled = torch.cat(parts).index_select(0, flat)
+                out.append(pooled.view(*tiles.shape, *pooled.shape[1:]))
             if with_images:
                 out.insert(0, self._gather_images(batch, tiles))
         split = len(out) - len(names)
@@ -563,18 +566,18 @@ class Mosaic(Augmentation):
         const = self._constants(height, width, center.device, boxes.dtype, classes.dtype)
         # Tile q touches the centre with its corner: q 0 its bottom-right, 1 its bottom-left,
         # 2 its top-right, 3 its top-left.
-        corner = center[:, None] - extent * const.toward
+        corner = center.unsqueeze(1) - extent * const.toward
         # Not chosen: the sample alone, letterboxed in the middle of the canvas.
-        solo = const.half + torch.div(const.tile - extent[:, 0], 2, rounding_mode="floor")
-        origin = torch.where(chosen[:, None, None], corner, solo[:, None])
+        solo = const.half + torch.div(const.tile - extent.select(1, 0), 2, rounding_mode="floor")
+        origin = torch.where(chosen.view(-1, 1, 1), corner, solo.unsqueeze(1))
         # Each box corner (x, y) moves by its tile's origin.
-        shifted = boxes.unflatten(-1, (2, 2)) + origin.to(boxes.dtype)[:, :, None, None]
-        shifted = shifted.flatten(-2)
-        moved = clip_boxes(shifted, 2 * height, 2 * width)
-        used = chosen[:, None] | const.first  # (B, 4): tile 0 always, partners when chosen
-        canvas_hw = (2 * height, 2 * width)
-        keep = mask & used[..., None] & keeps_moved_box(shifted, moved, canvas_hw)
         bsz, m = boxes.shape[0], boxes.shape[2]
+        shift = origin.to(boxes.dtype).view(bsz, 4, 1, 1, 2)
+        shifted = (boxes.view(bsz, 4, m, 2, 2) + shift).view(bsz, 4, m, 4)
+        moved = clip_boxes(shifted, 2 * height, 2 * width)
+        used = chosen.view(-1, 1) | const.first  # (B, 4): tile 0 always, partners when chosen
+        canvas_hw = (2 * height, 2 * width)
+        keep = mask & used.view(bsz, 4, 1) & keeps_moved_box(shifted, moved, canvas_hw)
         keep = keep.reshape(bsz, 4 * m)
         moved = moved.reshape(bsz, 4 * m, 4)
         classes = classes.reshape(bsz, 4 * m)
@@ -584,13 +587,13 @@ class Mosaic(Augmentation):
         }
         # The real extent: the right and lower edges of the tiles placed (clipped to the canvas).
         reach = torch.minimum(origin + extent, const.canvas)
-        reach = torch.where(used[..., None], reach, const.nothing).amax(dim=1)
+        reach = torch.where(used.view(bsz, 4, 1), reach, const.nothing).amax(dim=1)
         sizes_out = torch.maximum(reach.flip(-1), const.one).to(
             dtype=batch.sizes.dtype if batch.sizes is not None else torch.int32,
             device=batch.sizes.device if batch.sizes is not None else reach.device,
         )
         out = batch.replace(
-            boxes=torch.where(keep[..., None], moved, const.no_box).to(batch.boxes.dtype),
+            boxes=torch.where(keep.unsqueeze(-1), moved, const.no_box).to(batch.boxes.dtype),
             classes=torch.where(keep, classes, const.no_class),
             mask=keep,
             sizes=sizes_out,
@@ -633,8 +636,7 @@ class Mosaic(Augmentation):
         bsz, quads, slots = boxes.shape[:3]
         flat_sizes = sizes.reshape(bsz * quads, 2)
         flat_boxes = boxes.reshape(bsz * quads, slots, 4).to(torch.float32)
-        hw = flat_sizes.to(torch.float64)
-        fit = self.resize.fit(hw[:, 0], hw[:, 1])
+        fit = self.resize.fit(*flat_sizes.to(torch.float64).unbind(1))
         matrix = fit.matrix.to(torch.float32)  # as `Letterbox.plan` gives it
         affine = self.resize.affine_only
         moved = transform_boxes(flat_boxes, matrix, affine).to(boxes.dtype).view_as(boxes)
