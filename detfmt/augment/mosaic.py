@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from detfmt.augment._opencv import Tile, TiledSource
 
 _CANVAS_CHUNK = 4
+_UNSCALED = ((1.0, 1.0),) * 4  # (sx, sy) of each tile without ``resize``
 
 
 class _RingBuffer(nn.Module):
@@ -378,16 +379,16 @@ class Mosaic(Augmentation):
         if self.buffer is not None:
             self.buffer.clear()
 
-    def _tile_hw(self, batch: Batch) -> tuple[int, int]:
+    def _tile_hw(self, images: torch.Tensor) -> tuple[int, int]:
         """(H, W) of one tile's frame: the resize target, else the batch's images."""
         if self.resize is not None:
-            image_hw(batch.images)
+            image_hw(images)
             return self.resize.size
-        return image_hw(batch.images)
+        return image_hw(images)
 
     def sample(self, batch: Batch) -> Params:
         bsz, dev, g = len(batch), batch.images.device, self.generator
-        height, width = self._tile_hw(batch)
+        height, width = self._tile_hw(batch.images)
         pool = bsz + (self.buffer.filled if self.buffer is not None else 0)
         partners = rnd.randint(g, 0, pool, (bsz, 3), dev)
         xc = rnd.uniform(g, (bsz,), width / 2, 1.5 * width, dev, torch.float64)
@@ -523,11 +524,10 @@ class Mosaic(Augmentation):
         """
         from detfmt.augment._opencv import TiledSource
 
-        height, width = self._tile_hw(batch)
+        height, width = self._tile_hw(batch.images)
         out, placement = self._layout(batch, params, with_images=False)
         # OpenCV reads HWC rows; a planar batch would be copied per tile otherwise.
-        layout = batch.replace(images=channels_last(batch.images))
-        hwc, rects = self._rectangles(layout, placement)
+        hwc, rects = self._rectangles(channels_last(batch.images), placement)
         placeholder = batch.images.new_zeros((1, 1, 1, 1)).expand(
             len(batch), batch.images.shape[1], 2 * height, 2 * width
         )
@@ -552,7 +552,7 @@ class Mosaic(Augmentation):
         Returns the batch with boxes, classes, mask and sizes of the canvas (images unchanged)
         and the `_Placement` of the tiles.
         """
-        height, width = self._tile_hw(batch)
+        height, width = self._tile_hw(batch.images)
         tiles, center, chosen = params["tiles"], params["center"], params["apply"]
         stored = _content_sizes(batch)
         gathered, per_box = self._gather(batch, tiles, stored, with_images=with_images)
@@ -662,72 +662,71 @@ class Mosaic(Augmentation):
         return images, moved, sizes_out, scale.view(bsz, quads, 2).to(torch.float64)
 
     def _rectangles(
-        self, batch: Batch, placement: _Placement
+        self, images: torch.Tensor, placement: _Placement
     ) -> tuple[np.ndarray, list[list[Tile]]]:
         """Each canvas as rectangles of tiles (reads the parameters on the host).
 
-        Returns the batch as a (B, H, W, C) numpy view and, per sample, `Tile` s: canvas
-        ``[y0:y1, x0:x1]`` comes from ``array[y0 - top : y1 - top, x0 - left : x1 - left]``.
+        Returns the batch's ``images`` (B, C, H, W) as a (B, H, W, C) numpy view and, per
+        sample, `Tile` s: canvas ``[y0:y1, x0:x1]`` comes from
+        ``array[y0 - top : y1 - top, x0 - left : x1 - left]``.
         """
         from detfmt.augment._opencv import Tile
 
-        bsz = len(batch)
-        height, width = self._tile_hw(batch)
+        bsz = int(images.shape[0])
+        height, width = self._tile_hw(images)
         # numpy views: a strided rectangle copy is a row memcpy there, while torch's copy_ of
         # small strided views costs several times more on CPU (and on a busy 2-core box, more).
-        hwc = batch.images.permute(0, 2, 3, 1).numpy()
-        tiles, origins, extents, centres, picked = (
-            x.tolist() for x in placement[:5]
-        )
-        scales = placement.scale.tolist() if placement.scale is not None else None
-        stored = placement.stored.tolist() if scales is not None else []
+        hwc = images.permute(0, 2, 3, 1).numpy()
+        tiles, origins, extents, centres, picked = (x.tolist() for x in placement[:5])
+        resized = placement.scale is not None
+        scales = placement.scale.tolist() if placement.scale is not None else []
+        stored = placement.stored.tolist() if resized else []
         # One numpy view of the whole buffer, indexed per tile (a torch index, permute and
         # numpy() per tile cost more than the rest of the loop).
         buf = self.buffer
         held_hwc: np.ndarray | None = None
         held_sizes: list[list[int]] = []
+        shift, capacity = 0, 1
         if buf is not None and buf.filled > 0:
             assert buf.images is not None and buf.sizes is not None
             held_hwc = buf.images.permute(0, 2, 3, 1).numpy()
-            held_sizes = buf.sizes.tolist() if scales is not None else []
-        # Held sample k (tile index bsz + k, oldest first) is in ring slot (k + shift) % cap.
-        shift = buf.cursor - buf.filled if buf is not None else 0
-        capacity = buf.capacity if buf is not None else 1
-        full = 2 * width, 2 * height
+            held_sizes = buf.sizes.tolist() if resized else []
+            # Held sample k (tile index bsz + k, oldest first) is in ring slot (k + shift) % cap.
+            shift, capacity = buf.cursor - buf.filled, buf.capacity
+        right, bottom = 2 * width, 2 * height
         rects: list[list[Tile]] = []
         for b in range(bsz):
             xc, yc = centres[b]
-            mine: list[Tile] = []
             if picked[b]:
                 # Quadrant q of the canvas: x in [0, xc) or [xc, 2W), y in [0, yc) or [yc, 2H).
-                quadrants = ((0, 0, xc, yc), (xc, 0, full[0], yc), (0, yc, xc, full[1]),
-                             (xc, yc, full[0], full[1]))
+                quadrants = ((0, 0, xc, yc), (xc, 0, right, yc), (0, yc, xc, bottom),
+                             (xc, yc, right, bottom))
             else:
-                quadrants = ((0, 0, full[0], full[1]),)
-            for q, (qx0, qy0, qx1, qy1) in enumerate(quadrants):
-                left, top = origins[b][q]
-                w, h = extents[b][q]
+                quadrants = ((0, 0, right, bottom),)
+            mine: list[Tile] = []
+            placed = zip(  # not chosen: tile 0 alone, the one quadrant
+                quadrants, origins[b], extents[b], tiles[b], scales[b] if resized else _UNSCALED,
+                strict=False,
+            )
+            for (qx0, qy0, qx1, qy1), (left, top), (w, h), index, (sx, sy) in placed:
                 x0, x1 = max(left, qx0), min(left + w, qx1)
                 y0, y1 = max(top, qy0), min(top + h, qy1)
                 if x1 <= x0 or y1 <= y0:
                     continue
-                index = tiles[b][q]
                 if index < bsz:
                     array = hwc[index]
-                    extent = stored[index] if scales is not None else None
+                    region = stored[index] if resized else None
                 else:
                     assert held_hwc is not None
                     slot = (index - bsz + shift) % capacity
                     array = held_hwc[slot]
-                    extent = held_sizes[slot] if scales is not None else None
-                if scales is None:
+                    region = held_sizes[slot] if resized else None
+                if region is None:
                     mine.append(Tile(array, x0, y0, x1, y1, left, top))
                     continue
                 # A resized tile: its stored pixels only (the warp reads past the placed
                 # rectangle's edge, so it must see the image's own edge, not padding).
-                assert extent is not None
-                sh, sw = extent
-                sx, sy = scales[b][q]
+                sh, sw = region
                 mine.append(Tile(array[:sh, :sw], x0, y0, x1, y1, left, top, sx, sy))
             rects.append(mine)
         return hwc, rects
@@ -735,7 +734,7 @@ class Mosaic(Augmentation):
     def _canvas_by_slices(self, batch: Batch, placement: _Placement) -> torch.Tensor:
         """The same canvas as `_canvas`, by rectangle copies."""
         height, width = image_hw(batch.images)
-        hwc, rects = self._rectangles(batch, placement)
+        hwc, rects = self._rectangles(batch.images, placement)
         fill = fill_for(batch.images, self.fill)
         canvas = empty_hwc((len(batch), 2 * height, 2 * width, hwc.shape[-1]), batch.images.dtype)
         canvas.fill_(fill)
@@ -757,7 +756,7 @@ class Mosaic(Augmentation):
         w, h = placement.extent[..., 0], placement.extent[..., 1]
         xc, yc = placement.center[:, 0:1], placement.center[:, 1:2]
         bsz, _, tile_h, tile_w, channels = tiles.shape  # tiles may be larger than the batch
-        height, width = self._tile_hw(batch)
+        height, width = self._tile_hw(batch.images)
         dev = tiles.device
         y = torch.arange(2 * height, device=dev)[None, :, None]
         x = torch.arange(2 * width, device=dev)[None, None, :]
