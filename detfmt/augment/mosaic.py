@@ -48,6 +48,8 @@ class _RingBuffer(nn.Module):
     Batches from a real loader differ in canvas size and box slots from one batch to the next:
     the buffer grows to the largest canvas and slot count seen (a sample keeps its pixels at the
     top-left of its slot, its valid region in ``sizes``; slots beyond its boxes are padding).
+    Pixels beyond a held sample's valid region are undefined (an eager CPU push copies only the
+    valid rows, so a reused slot keeps an older sample's pixels there): Mosaic never reads them.
 
     What Mosaic reads from it depends only on the samples held, in push order: partners are
     numbered oldest first (`physical` maps that to ring slots), and the box slots it reads are
