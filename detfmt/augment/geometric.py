@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -61,6 +62,16 @@ class Warp(GeometricTransform):
         return Plan(matrix, self.size or state.image_size, area)
 
 
+class LetterboxFit(NamedTuple):
+    """`Letterbox.fit`: float64 (B, 3, 3) matrices, content sizes and scales (B,)."""
+
+    matrix: torch.Tensor
+    height: torch.Tensor  # round(h r), at least 1
+    width: torch.Tensor  # round(w r), at least 1
+    sx: torch.Tensor
+    sy: torch.Tensor
+
+
 class Letterbox(GeometricTransform):
     """Resize keeping the aspect ratio and pad to ``size`` with 114 (Ultralytics ``LetterBox``).
 
@@ -87,8 +98,15 @@ class Letterbox(GeometricTransform):
         self.scaleup = bool(scaleup)
 
     def plan(self, state: GeometryState, params: Params) -> Plan:
-        out_h, out_w = self.size
         h, w = state.content_hw()
+        fit = self.fit(h, w)
+        area = (fit.sx * fit.sy).to(torch.float32)
+        return Plan(fit.matrix.to(torch.float32), self.size, area)
+
+    def fit(self, h: torch.Tensor, w: torch.Tensor) -> LetterboxFit:
+        """Where valid regions of (B,) float64 heights ``h`` and widths ``w`` go: the one
+        formula for `plan` and for `Mosaic`'s resized tiles (which need the content size)."""
+        out_h, out_w = self.size
         r = torch.minimum(out_h / h, out_w / w)
         if not self.scaleup:
             r = r.clamp(max=1.0)
@@ -99,7 +117,7 @@ class Letterbox(GeometricTransform):
         top = torch.floor((out_h - new_h) / 2) if self.center else torch.zeros_like(new_h)
         sx, sy = new_w / w, new_h / h
         matrix = mx.translation(left, top) @ mx.scaling(sx, sy)
-        return Plan(matrix.to(torch.float32), self.size, (sx * sy).to(torch.float32))
+        return LetterboxFit(matrix, new_h, new_w, sx, sy)
 
 
 ResizePad = Letterbox

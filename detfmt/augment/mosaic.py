@@ -6,8 +6,9 @@ Both widen the box slots (M -> 4M, M -> 2M) so shapes stay static; `compact` in
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
-from typing import TYPE_CHECKING, overload
+from typing import TYPE_CHECKING, NamedTuple, overload
 
 import torch
 from torch import nn
@@ -22,7 +23,7 @@ from detfmt.augment._base import (
     fill_for,
     image_hw,
 )
-from detfmt.augment._geometry import GeometryState, apply_geometric, mapped_extent
+from detfmt.augment._geometry import apply_geometric
 from detfmt.augment._matrix import clip_boxes, eye, transform_boxes
 from detfmt.augment._memory import channels_last, empty_hwc
 from detfmt.augment._slots import where_kept
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from detfmt.augment._opencv import Tile, TiledSource
 
 _CANVAS_CHUNK = 4
+_UNSCALED = ((1.0, 1.0),) * 4  # (sx, sy) of each tile without ``resize``
 
 
 class _RingBuffer(nn.Module):
@@ -46,6 +48,8 @@ class _RingBuffer(nn.Module):
     Batches from a real loader differ in canvas size and box slots from one batch to the next:
     the buffer grows to the largest canvas and slot count seen (a sample keeps its pixels at the
     top-left of its slot, its valid region in ``sizes``; slots beyond its boxes are padding).
+    Pixels beyond a held sample's valid region are undefined (an eager CPU push copies only the
+    valid rows, so a reused slot keeps an older sample's pixels there): Mosaic never reads them.
 
     What Mosaic reads from it depends only on the samples held, in push order: partners are
     numbered oldest first (`physical` maps that to ring slots), and the box slots it reads are
@@ -67,7 +71,7 @@ class _RingBuffer(nn.Module):
         self.sizes: torch.Tensor | None = None
         self.per_box: dict[str, torch.Tensor] = {}  # (capacity, slots, ...) per-box extras
 
-    def _check_compatible(self, batch: Batch) -> None:
+    def check_compatible(self, batch: Batch) -> None:
         """Shapes may change between batches; channels, dtypes and device may not."""
         assert self.images is not None and self.boxes is not None and self.classes is not None
         images = batch.images
@@ -141,24 +145,24 @@ class _RingBuffer(nn.Module):
         self.mask, self.sizes = new_mask, new_sizes
 
     def push(self, batch: Batch, sizes: torch.Tensor) -> None:
+        """Hold the batch's samples (``sizes``: their valid (h, w) regions, int64)."""
         height, width = batch.images.shape[-2:]
         slots = batch.boxes.shape[1]
         if self.images is None:
             self._allocate(batch, height, width, slots)
-        self._check_compatible(batch)
+        self.check_compatible(batch)
         assert self.images is not None and self.boxes is not None and self.classes is not None
         assert self.mask is not None and self.sizes is not None
         held_h, held_w = self.images.shape[-2:]
         held_m = self.boxes.shape[1]
         if height > held_h or width > held_w or slots > held_m:
             self._allocate(batch, max(height, held_h), max(width, held_w), max(slots, held_m))
+        per_box = batch.per_box()
         fields = (
-            (self.images[:, :, :height, :width], batch.images),
-            (self.boxes[:, :slots], batch.boxes),
-            (self.classes[:, :slots], batch.classes),
-            (self.mask[:, :slots], batch.mask),
-            (self.sizes, sizes.to(self.sizes.dtype)),
-            *((self.per_box[name][:, :slots], value) for name, value in batch.per_box().items()),
+            (self.boxes, batch.boxes),
+            (self.classes, batch.classes),
+            (self.mask, batch.mask),
+            *((self.per_box[name], value) for name, value in per_box.items()),
         )
         # Sample j goes to slot (cursor + j) % capacity; only the last `capacity` samples
         # survive. At most two contiguous runs of slots: slice copies, not an index_put (for 32
@@ -168,18 +172,28 @@ class _RingBuffer(nn.Module):
         count = n - skip
         start = (self.cursor + skip) % self.capacity
         first = min(count, self.capacity - start)
-        runs = ((start, start + first, skip), (0, count - first, skip + first))
+        runs = [(lo, hi, src) for lo, hi, src in
+                ((start, start + first, skip), (0, count - first, skip + first)) if hi > lo]
+        rows = _held_rows(self.images, batch.images, sizes, height)
         for lo, hi, src in runs:
-            if hi <= lo:
-                continue
+            taken = slice(src, src + hi - lo)
+            self.sizes[lo:hi].copy_(sizes[taken])
             for store, value in fields:
-                store[lo:hi].copy_(value[src : src + hi - lo])
+                store[lo:hi, :slots].copy_(value[taken])
             # Box slots this batch does not have are padding (an older sample may have used them).
-            self.boxes[lo:hi, slots:] = 0
-            self.classes[lo:hi, slots:] = -1
-            self.mask[lo:hi, slots:] = False
-            for value in self.per_box.values():
-                value[lo:hi, slots:] = 0
+            if slots < self.boxes.shape[1]:
+                self.boxes[lo:hi, slots:].fill_(0)
+                self.classes[lo:hi, slots:].fill_(-1)
+                self.mask[lo:hi, slots:].fill_(False)
+                for value in self.per_box.values():
+                    value[lo:hi, slots:].fill_(0)
+            if rows is None:
+                self.images[lo:hi, :, :height, :width].copy_(batch.images[taken])
+            else:
+                held, stored, heights = rows
+                for k in range(hi - lo):
+                    h = heights[src + k]
+                    held[lo + k, :h, :width] = stored[src + k, :h]
             self.held_slots[lo:hi] = [slots] * (hi - lo)
         self.cursor = (self.cursor + len(batch)) % self.capacity
         self.filled = min(self.capacity, self.filled + len(batch))
@@ -197,6 +211,14 @@ class _RingBuffer(nn.Module):
     def physical(self, held: int | torch.Tensor) -> int | torch.Tensor:
         """Ring slots of held samples numbered 0 (oldest) .. filled - 1 (newest)."""
         return (held + (self.cursor - self.filled)) % self.capacity
+
+    def runs_in_order(self) -> list[tuple[int, int]]:
+        """The held samples, oldest first, as at most two runs [lo, hi) of ring slots."""
+        start = (self.cursor - self.filled) % self.capacity
+        stop = start + self.filled
+        if stop <= self.capacity:
+            return [(start, stop)]
+        return [(start, self.capacity), (0, stop - self.capacity)]
 
     def slots_in_use(self) -> int:
         """Box slots the held samples use (their batches' slot counts; at most the buffer's)."""
@@ -229,6 +251,78 @@ def _content_sizes(batch: Batch) -> torch.Tensor:
         return batch.sizes.to(torch.int64)
     hw = torch.tensor(image_hw(batch.images), device=batch.images.device)
     return hw.expand(len(batch), 2).clone()
+
+
+def _held_rows(
+    held: torch.Tensor, images: torch.Tensor, sizes: torch.Tensor, height: int
+) -> tuple[np.ndarray, np.ndarray, list[int]] | None:
+    """The buffer and the batch as HWC numpy views and how many rows of each sample to copy,
+    for a push of eager CPU images; None elsewhere (the whole canvases are copied there).
+
+    Nothing reads a held sample outside its valid region (`Mosaic` places and warps each
+    tile within its ``sizes``), so only those rows are copied, whole rows of the batch's
+    width: one contiguous run per sample in the loader's channels_last layout (the region's
+    width alone would be a strided copy, slower than the extra columns).
+    """
+    if (
+        held.device.type != "cpu"
+        or images.device.type != "cpu"
+        or images.requires_grad
+        or torch.compiler.is_compiling()
+    ):
+        return None
+    heights = [min(max(h, 0), height) for h in sizes[:, 0].tolist()]
+    return held.permute(0, 2, 3, 1).numpy(), images.permute(0, 2, 3, 1).numpy(), heights
+
+
+class _Placement(NamedTuple):
+    """Where each of a canvas's 4 tiles goes (B canvases)."""
+
+    tiles: torch.Tensor  # (B, 4) tile indices, or the gathered images (B, 4, TH, TW, C)
+    origin: torch.Tensor  # (B, 4, 2) int64 (x, y) of each tile's top-left on the canvas
+    extent: torch.Tensor  # (B, 4, 2) int64 (w, h) of each tile as placed (resized)
+    center: torch.Tensor  # (B, 2) int64 (xc, yc)
+    chosen: torch.Tensor  # (B,) bool: a mosaic (else the sample alone)
+    scale: torch.Tensor | None  # (B, 4, 2) float64 (sx, sy) of each tile's resize, or None
+    stored: torch.Tensor  # (B, 2) int64 (h, w) valid region of each sample of the batch
+
+
+@dataclasses.dataclass(frozen=True)
+class _LayoutConstants:
+    """The constant tensors of `Mosaic._layout` for one (H, W) tile frame."""
+
+    toward: torch.Tensor  # (4, 2): which of (w, h) tile q's origin lies before the centre
+    half: torch.Tensor  # (W // 2, H // 2)
+    tile: torch.Tensor  # (W, H)
+    canvas: torch.Tensor  # (2W, 2H)
+    first: torch.Tensor  # (4,) bool: tile 0 only
+    one: torch.Tensor
+    nothing: torch.Tensor
+    no_box: torch.Tensor
+    no_class: torch.Tensor
+
+    @staticmethod
+    def make(
+        height: int,
+        width: int,
+        device: torch.device,
+        box_dtype: torch.dtype,
+        class_dtype: torch.dtype,
+    ) -> _LayoutConstants:
+        def ints(values: list[int] | list[list[int]] | int) -> torch.Tensor:
+            return torch.tensor(values, dtype=torch.int64, device=device)
+
+        return _LayoutConstants(
+            toward=ints([[1, 1], [0, 1], [1, 0], [0, 0]]),
+            half=ints([width // 2, height // 2]),
+            tile=ints([width, height]),
+            canvas=ints([2 * width, 2 * height]),
+            first=torch.tensor([True, False, False, False], device=device),
+            one=ints(1),
+            nothing=ints(0),
+            no_box=torch.tensor(0.0, dtype=box_dtype, device=device),
+            no_class=torch.tensor(-1, dtype=class_dtype, device=device),
+        )
 
 
 class Mosaic(Augmentation):
@@ -275,6 +369,7 @@ class Mosaic(Augmentation):
         self.resize: Letterbox | None = None
         if resize is not None:
             self.resize = Letterbox(as_size("resize", resize), center=False, fill=fill)
+        self._constants_cache: dict[tuple[object, ...], _LayoutConstants] = {}
 
     @property
     def history(self) -> int:
@@ -286,80 +381,88 @@ class Mosaic(Augmentation):
         if self.buffer is not None:
             self.buffer.clear()
 
-    def _tile_hw(self, batch: Batch) -> tuple[int, int]:
+    def _tile_hw(self, images: torch.Tensor) -> tuple[int, int]:
         """(H, W) of one tile's frame: the resize target, else the batch's images."""
         if self.resize is not None:
-            image_hw(batch.images)
+            image_hw(images)
             return self.resize.size
-        return image_hw(batch.images)
+        return image_hw(images)
 
     def sample(self, batch: Batch) -> Params:
         bsz, dev, g = len(batch), batch.images.device, self.generator
-        height, width = self._tile_hw(batch)
+        height, width = self._tile_hw(batch.images)
         pool = bsz + (self.buffer.filled if self.buffer is not None else 0)
         partners = rnd.randint(g, 0, pool, (bsz, 3), dev)
-        xc = torch.floor(rnd.uniform(g, (bsz,), width / 2, 1.5 * width, dev, torch.float64))
-        yc = torch.floor(rnd.uniform(g, (bsz,), height / 2, 1.5 * height, dev, torch.float64))
+        xc = rnd.uniform(g, (bsz,), width / 2, 1.5 * width, dev, torch.float64)
+        yc = rnd.uniform(g, (bsz,), height / 2, 1.5 * height, dev, torch.float64)
         return {
             "tiles": torch.cat([torch.arange(bsz, device=dev)[:, None], partners], dim=1),
+            # int(): the cast truncates, the floor of these positive draws.
             "center": torch.stack([xc, yc], dim=1).to(torch.int64),
             "apply": rnd.bernoulli(g, (bsz,), self.p, dev),
         }
 
     def _gather(
-        self, batch: Batch, tiles: torch.Tensor, with_images: bool
+        self, batch: Batch, tiles: torch.Tensor, sizes: torch.Tensor, with_images: bool
     ) -> tuple[tuple[torch.Tensor, ...], dict[str, torch.Tensor]]:
         """[images (B, 4, TH, TW, C),] boxes, classes, mask (B, 4, M, ...), sizes (B, 4, 2),
         and the per-box extras (B, 4, M, ...) by name.
 
         With a buffer, the batch and the buffer are widened to common box slots (and, for the
-        images, a common tile canvas TH x TW): they differ when batches do.
+        images, a common tile canvas TH x TW): they differ when batches do. Each field is one
+        index into the batch followed by the held samples oldest first (tile index order), so
+        a field costs a concatenation and an index, whatever the tiles. ``sizes``: the batch's
+        valid regions (`_content_sizes`).
         """
-        sizes = _content_sizes(batch)
         per_box = batch.per_box()
         names = list(per_box)
-        fields = [batch.boxes, batch.classes, batch.mask, sizes]
-        if with_images:
-            fields.insert(0, batch.images.permute(0, 2, 3, 1))
-        if self.buffer is not None and self.buffer.filled > 0:
-            buf = self.buffer
-            assert buf.images is not None and buf.boxes is not None and buf.classes is not None
-            assert buf.mask is not None and buf.sizes is not None
-            n = buf.filled
+        fields = [batch.boxes, batch.classes, batch.mask, sizes, *per_box.values()]
+        buf = self.buffer
+        if buf is None or buf.filled == 0:
+            if with_images:
+                fields.insert(0, batch.images.permute(0, 2, 3, 1))
+            out = [f[tiles] for f in fields]
+        else:
+            assert buf.boxes is not None and buf.classes is not None and buf.mask is not None
+            assert buf.sizes is not None
+            buf.check_compatible(batch)  # before any work; the dtypes then agree
             held_m = buf.slots_in_use()
             slots = max(batch.boxes.shape[1], held_m)
-            fields[-4:] = [
-                _pad_slots(batch.boxes, slots, 0.0),
-                _pad_slots(batch.classes, slots, -1),
-                _pad_slots(batch.mask, slots, False),
-                sizes,
-            ]
-            extra = [
-                _pad_slots(buf.boxes[:n, :held_m], slots, 0.0),
-                _pad_slots(buf.classes[:n, :held_m], slots, -1),
-                _pad_slots(buf.mask[:n, :held_m], slots, False),
-                buf.sizes[:n],
-            ]
-            fields += [_pad_slots(per_box[name], slots, 0) for name in names]
-            extra += [_pad_slots(buf.per_box[name][:n, :held_m], slots, 0) for name in names]
-            if with_images:
-                held = buf.images[:n].permute(0, 2, 3, 1)
-                tile_h = max(fields[0].shape[1], held.shape[1])
-                tile_w = max(fields[0].shape[2], held.shape[2])
-                fields[0] = _pad_hw(fields[0], tile_h, tile_w)
-                extra.insert(0, _pad_hw(held, tile_h, tile_w))
-            in_batch = tiles < len(batch)
-            local = tiles.clamp(max=len(batch) - 1)
-            remote = buf.physical((tiles - len(batch)).clamp(min=0))
+            fills: list[float | bool | None] = [0.0, -1, False, None, *[0] * len(names)]
+            stored = [buf.boxes, buf.classes, buf.mask, buf.sizes,
+                      *(buf.per_box[name] for name in names)]
+            runs = buf.runs_in_order()
+            flat = tiles.reshape(-1)
             out = []
-            for a, b in zip(fields, extra, strict=True):
-                shape = (*tiles.shape, *[1] * (a.ndim - 1))
-                out.append(torch.where(in_batch.view(shape), a[local], b[remote].to(a.dtype)))
-        else:
-            fields += [per_box[name] for name in names]
-            out = [f[tiles] for f in fields]
+            for value, held, fill in zip(fields, stored, fills, strict=True):
+                if fill is not None:
+                    # Slots beyond a held sample's own are padding in the buffer too.
+                    value = _pad_slots(value, slots, fill)
+                    held = held.narrow(1, 0, slots) if held.shape[1] >= slots else _pad_slots(
+                        held, slots, fill)
+                parts = [value, *(held.narrow(0, lo, hi - lo) for lo, hi in runs)]
+                pooled = torch.cat(parts).index_select(0, flat)
+                out.append(pooled.view(*tiles.shape, *pooled.shape[1:]))
+            if with_images:
+                out.insert(0, self._gather_images(batch, tiles))
         split = len(out) - len(names)
         return tuple(out[:split]), dict(zip(names, out[split:], strict=True))
+
+    def _gather_images(self, batch: Batch, tiles: torch.Tensor) -> torch.Tensor:
+        """(B, 4, TH, TW, C) tile images from the batch and the buffer (the static-shape path:
+        only the tiles' images are copied, not the whole buffer)."""
+        buf = self.buffer
+        assert buf is not None and buf.images is not None
+        mine = batch.images.permute(0, 2, 3, 1)
+        held = buf.images[: buf.filled].permute(0, 2, 3, 1)
+        tile_h = max(mine.shape[1], held.shape[1])
+        tile_w = max(mine.shape[2], held.shape[2])
+        mine, held = _pad_hw(mine, tile_h, tile_w), _pad_hw(held, tile_h, tile_w)
+        in_batch = tiles < len(batch)
+        local = tiles.clamp(max=len(batch) - 1)
+        remote = buf.physical((tiles - len(batch)).clamp(min=0))
+        shape = (*tiles.shape, 1, 1, 1)
+        return torch.where(in_batch.view(shape), mine[local], held[remote].to(mine.dtype))
 
     def _by_slices(self, batch: Batch) -> bool:
         """Eager CPU copies rectangles (exact, cheap); elsewhere one static-shape gather."""
@@ -380,7 +483,7 @@ class Mosaic(Augmentation):
         make = self._canvas_by_slices if by_slices else self._canvas
         canvas = make(batch, placement)
         if self.buffer is not None:
-            self.buffer.push(batch, _content_sizes(batch))
+            self.buffer.push(batch, placement.stored)
         return out.replace(images=canvas)
 
     def _resized_canvas(self, batch: Batch, params: Params) -> Batch:
@@ -423,11 +526,10 @@ class Mosaic(Augmentation):
         """
         from detfmt.augment._opencv import TiledSource
 
-        height, width = self._tile_hw(batch)
+        height, width = self._tile_hw(batch.images)
         out, placement = self._layout(batch, params, with_images=False)
         # OpenCV reads HWC rows; a planar batch would be copied per tile otherwise.
-        layout = batch.replace(images=channels_last(batch.images))
-        hwc, rects = self._rectangles(layout, placement)
+        hwc, rects = self._rectangles(channels_last(batch.images), placement)
         placeholder = batch.images.new_zeros((1, 1, 1, 1)).expand(
             len(batch), batch.images.shape[1], 2 * height, 2 * width
         )
@@ -440,45 +542,44 @@ class Mosaic(Augmentation):
 
         def finish() -> None:
             if self.buffer is not None:
-                self.buffer.push(batch, _content_sizes(batch))
+                self.buffer.push(batch, placement.stored)
 
         return out.replace(images=placeholder), source, finish
 
     def _layout(
         self, batch: Batch, params: Params, with_images: bool
-    ) -> tuple[Batch, tuple[torch.Tensor, ...]]:
+    ) -> tuple[Batch, _Placement]:
         """The boxes of the mosaic, and where each tile goes.
 
         Returns the batch with boxes, classes, mask and sizes of the canvas (images unchanged)
-        and the placement: (tiles or gathered images, ox, oy, h, w, xc, yc, chosen, center,
-        scale). ``scale`` (B, 4, 2) is each tile's (sx, sy) resize, or None without ``resize``;
-        ``h``, ``w`` are the placed (resized) extents.
+        and the `_Placement` of the tiles.
         """
-        height, width = self._tile_hw(batch)
+        height, width = self._tile_hw(batch.images)
         tiles, center, chosen = params["tiles"], params["center"], params["apply"]
-        gathered, per_box = self._gather(batch, tiles, with_images=with_images)
+        stored = _content_sizes(batch)
+        gathered, per_box = self._gather(batch, tiles, stored, with_images=with_images)
         images = gathered[0] if with_images else tiles
         boxes, classes, mask, sizes = gathered[-4:]
         scale = None
         if self.resize is not None:
-            images, boxes, sizes, scale = self._resize_tiles(images, gathered, with_images)
-        h, w = sizes[..., 0], sizes[..., 1]  # (B, 4)
-        xc, yc = center[:, 0:1], center[:, 1:2]
-        ox = torch.cat([xc - w[:, 0:1], xc, xc - w[:, 2:3], xc], dim=1)
-        oy = torch.cat([yc - h[:, 0:1], yc - h[:, 1:2], yc, yc], dim=1)
+            images, boxes, extent, scale = self._resize_tiles(images, gathered, with_images)
+        else:
+            extent = sizes.flip(-1)  # (B, 4, 2) (w, h) placed
+        const = self._constants(height, width, center.device, boxes.dtype, classes.dtype)
+        # Tile q touches the centre with its corner: q 0 its bottom-right, 1 its bottom-left,
+        # 2 its top-right, 3 its top-left.
+        corner = center.unsqueeze(1) - extent * const.toward
         # Not chosen: the sample alone, letterboxed in the middle of the canvas.
-        solo_x = width // 2 + torch.div(width - w[:, 0:1], 2, rounding_mode="floor")
-        solo_y = height // 2 + torch.div(height - h[:, 0:1], 2, rounding_mode="floor")
-        ox = torch.where(chosen[:, None], ox, solo_x.expand(-1, 4))
-        oy = torch.where(chosen[:, None], oy, solo_y.expand(-1, 4))
-        shift = torch.stack([ox, oy, ox, oy], dim=-1).to(boxes.dtype)[:, :, None]
-        shifted = boxes + shift
-        moved = clip_boxes(shifted, 2 * height, 2 * width)
-        used = torch.ones_like(chosen[:, None]).expand(-1, 4).clone()
-        used[:, 1:] = chosen[:, None]
-        canvas_hw = (2 * height, 2 * width)
-        keep = mask & used[..., None] & keeps_moved_box(shifted, moved, canvas_hw)
+        solo = const.half + torch.div(const.tile - extent.select(1, 0), 2, rounding_mode="floor")
+        origin = torch.where(chosen.view(-1, 1, 1), corner, solo.unsqueeze(1))
+        # Each box corner (x, y) moves by its tile's origin.
         bsz, m = boxes.shape[0], boxes.shape[2]
+        shift = origin.to(boxes.dtype).view(bsz, 4, 1, 1, 2)
+        shifted = (boxes.view(bsz, 4, m, 2, 2) + shift).view(bsz, 4, m, 4)
+        moved = clip_boxes(shifted, 2 * height, 2 * width)
+        used = chosen.view(-1, 1) | const.first  # (B, 4): tile 0 always, partners when chosen
+        canvas_hw = (2 * height, 2 * width)
+        keep = mask & used.view(bsz, 4, 1) & keeps_moved_box(shifted, moved, canvas_hw)
         keep = keep.reshape(bsz, 4 * m)
         moved = moved.reshape(bsz, 4 * m, 4)
         classes = classes.reshape(bsz, 4 * m)
@@ -487,21 +588,40 @@ class Mosaic(Augmentation):
             name: value.reshape(bsz, 4 * m, *value.shape[3:]) for name, value in per_box.items()
         }
         # The real extent: the right and lower edges of the tiles placed (clipped to the canvas).
-        right = torch.where(used, (ox + w).clamp(max=2 * width), 0).amax(dim=1)
-        bottom = torch.where(used, (oy + h).clamp(max=2 * height), 0).amax(dim=1)
-        extent = torch.stack([bottom, right], dim=-1).clamp_min(1)
-        sizes_out = extent.to(
+        reach = torch.minimum(origin + extent, const.canvas)
+        reach = torch.where(used.view(bsz, 4, 1), reach, const.nothing).amax(dim=1)
+        sizes_out = torch.maximum(reach.flip(-1), const.one).to(
             dtype=batch.sizes.dtype if batch.sizes is not None else torch.int32,
-            device=batch.sizes.device if batch.sizes is not None else extent.device,
+            device=batch.sizes.device if batch.sizes is not None else reach.device,
         )
         out = batch.replace(
-            boxes=torch.where(keep[..., None], moved, 0.0).to(batch.boxes.dtype),
-            classes=torch.where(keep, classes, torch.full_like(classes, -1)),
+            boxes=torch.where(keep.unsqueeze(-1), moved, const.no_box).to(batch.boxes.dtype),
+            classes=torch.where(keep, classes, const.no_class),
             mask=keep,
             sizes=sizes_out,
             extras={**batch.extras, **where_kept(per_box, keep)},
         )
-        return out, (images, ox, oy, h, w, xc, yc, chosen, center, scale)
+        return out, _Placement(images, origin, extent, center, chosen, scale, stored)
+
+    def _constants(
+        self,
+        height: int,
+        width: int,
+        device: torch.device,
+        box_dtype: torch.dtype,
+        class_dtype: torch.dtype,
+    ) -> _LayoutConstants:
+        """The layout's constant tensors, made once per canvas, device and dtypes (each made
+        per call costs as much as an op); made afresh while compiling (no Python state)."""
+        key = (height, width, device, box_dtype, class_dtype)
+        if not torch.compiler.is_compiling():
+            found = self._constants_cache.get(key)
+            if found is not None:
+                return found
+        const = _LayoutConstants.make(height, width, device, box_dtype, class_dtype)
+        if not torch.compiler.is_compiling():
+            self._constants_cache = {key: const}
+        return const
 
     def _resize_tiles(
         self, images: torch.Tensor, gathered: tuple[torch.Tensor, ...], with_images: bool
@@ -509,7 +629,7 @@ class Mosaic(Augmentation):
         """Each gathered tile through `Letterbox` (resize, center=False)'s matrix.
 
         Returns the tile images (``images`` resized to (B, 4, S, S, C) when ``with_images``;
-        else ``images``, the tile indices, unchanged), boxes and (h, w) extents in the resized
+        else ``images``, the tile indices, unchanged), boxes and (w, h) extents in the resized
         frame, and each tile's (sx, sy) (B, 4, 2): the matrix is a pure scale, so frame point x
         of a tile holds its stored image at x / sx.
         """
@@ -518,21 +638,16 @@ class Mosaic(Augmentation):
         bsz, quads, slots = boxes.shape[:3]
         flat_sizes = sizes.reshape(bsz * quads, 2)
         flat_boxes = boxes.reshape(bsz * quads, slots, 4).to(torch.float32)
-        state = GeometryState(
-            batch_size=bsz * quads,
-            image_size=self.resize.size,
-            sizes=flat_sizes,
-            unmapped_boxes=flat_boxes,
-            mask=mask.reshape(bsz * quads, slots),
-            device=boxes.device,
-        )
-        plan = self.resize.plan(state, {})
+        fit = self.resize.fit(*flat_sizes.to(torch.float64).unbind(1))
+        matrix = fit.matrix.to(torch.float32)  # as `Letterbox.plan` gives it
         affine = self.resize.affine_only
-        moved = transform_boxes(flat_boxes, plan.matrix, affine).to(boxes.dtype).view_as(boxes)
-        extent = mapped_extent(
-            flat_sizes, self.resize.size, plan.matrix, plan.out_size, affine=affine
-        )
-        scale = torch.stack([plan.matrix[:, 0, 0], plan.matrix[:, 1, 1]], dim=-1)
+        moved = transform_boxes(flat_boxes, matrix, affine).to(boxes.dtype).view_as(boxes)
+        # The placed extent is the content the letterbox makes, round(h r) x round(w r): what
+        # `mapped_extent` of the float32 matrix gives too (its scale is within 2^-24 of the
+        # exact ratio, far inside that function's 1e-3 tolerance below 16384 px), without
+        # mapping the region's corners.
+        extent = torch.stack([fit.width, fit.height], dim=-1)
+        scale = torch.diagonal(matrix[:, :2, :2], dim1=1, dim2=2)  # (sx, sy)
         if with_images:
             tile_h, tile_w, channels = images.shape[2:]
             flat = Batch(
@@ -549,70 +664,79 @@ class Mosaic(Augmentation):
         return images, moved, sizes_out, scale.view(bsz, quads, 2).to(torch.float64)
 
     def _rectangles(
-        self, batch: Batch, placement: tuple[torch.Tensor, ...]
+        self, images: torch.Tensor, placement: _Placement
     ) -> tuple[np.ndarray, list[list[Tile]]]:
         """Each canvas as rectangles of tiles (reads the parameters on the host).
 
-        Returns the batch as a (B, H, W, C) numpy view and, per sample, `Tile` s: canvas
-        ``[y0:y1, x0:x1]`` comes from ``array[y0 - top : y1 - top, x0 - left : x1 - left]``.
+        Returns the batch's ``images`` (B, C, H, W) as a (B, H, W, C) numpy view and, per
+        sample, `Tile` s: canvas ``[y0:y1, x0:x1]`` comes from
+        ``array[y0 - top : y1 - top, x0 - left : x1 - left]``.
         """
         from detfmt.augment._opencv import Tile
 
-        tiles, ox, oy, h, w, _, _, chosen, center, scale = placement
-        bsz = len(batch)
-        height, width = self._tile_hw(batch)
+        bsz = int(images.shape[0])
+        height, width = self._tile_hw(images)
         # numpy views: a strided rectangle copy is a row memcpy there, while torch's copy_ of
         # small strided views costs several times more on CPU (and on a busy 2-core box, more).
-        hwc = batch.images.permute(0, 2, 3, 1).numpy()
-        t, oxs, oys, hs, ws = (x.tolist() for x in (tiles, ox, oy, h, w))
-        centres, picked = center.tolist(), chosen.tolist()
-        scales = scale.tolist() if scale is not None else None
-        stored = _content_sizes(batch).tolist()
-        buffer_sizes = self.buffer.sizes if self.buffer is not None else None
-        held = buffer_sizes.tolist() if scales is not None and buffer_sizes is not None else []
+        hwc = images.permute(0, 2, 3, 1).numpy()
+        tiles, origins, extents, centres, picked = (x.tolist() for x in placement[:5])
+        resized = placement.scale is not None
+        scales = placement.scale.tolist() if placement.scale is not None else []
+        stored = placement.stored.tolist() if resized else []
         # One numpy view of the whole buffer, indexed per tile (a torch index, permute and
         # numpy() per tile cost more than the rest of the loop).
-        buffer_images = self.buffer.images if self.buffer is not None else None
-        held_hwc = buffer_images.permute(0, 2, 3, 1).numpy() if buffer_images is not None else None
+        buf = self.buffer
+        held_hwc: np.ndarray | None = None
+        held_sizes: list[list[int]] = []
+        shift, capacity = 0, 1
+        if buf is not None and buf.filled > 0:
+            assert buf.images is not None and buf.sizes is not None
+            held_hwc = buf.images.permute(0, 2, 3, 1).numpy()
+            held_sizes = buf.sizes.tolist() if resized else []
+            # Held sample k (tile index bsz + k, oldest first) is in ring slot (k + shift) % cap.
+            shift, capacity = buf.cursor - buf.filled, buf.capacity
+        right, bottom = 2 * width, 2 * height
         rects: list[list[Tile]] = []
         for b in range(bsz):
             xc, yc = centres[b]
+            if picked[b]:
+                # Quadrant q of the canvas: x in [0, xc) or [xc, 2W), y in [0, yc) or [yc, 2H).
+                quadrants = ((0, 0, xc, yc), (xc, 0, right, yc), (0, yc, xc, bottom),
+                             (xc, yc, right, bottom))
+            else:
+                quadrants = ((0, 0, right, bottom),)
             mine: list[Tile] = []
-            for q in range(4 if picked[b] else 1):
-                if picked[b]:
-                    qx0, qx1 = (0, xc) if q in (0, 2) else (xc, 2 * width)
-                    qy0, qy1 = (0, yc) if q < 2 else (yc, 2 * height)
-                else:
-                    qx0, qx1, qy0, qy1 = 0, 2 * width, 0, 2 * height
-                left, top = oxs[b][q], oys[b][q]
-                x0, x1 = max(left, qx0), min(left + ws[b][q], qx1)
-                y0, y1 = max(top, qy0), min(top + hs[b][q], qy1)
+            placed = zip(  # not chosen: tile 0 alone, the one quadrant
+                quadrants, origins[b], extents[b], tiles[b], scales[b] if resized else _UNSCALED,
+                strict=False,
+            )
+            for (qx0, qy0, qx1, qy1), (left, top), (w, h), index, (sx, sy) in placed:
+                x0, x1 = max(left, qx0), min(left + w, qx1)
+                y0, y1 = max(top, qy0), min(top + h, qy1)
                 if x1 <= x0 or y1 <= y0:
                     continue
-                index = t[b][q]
                 if index < bsz:
-                    array, extent = hwc[index], stored[index]
-                else:  # held sample index - bsz, oldest first
-                    assert held_hwc is not None and self.buffer is not None
-                    slot = self.buffer.physical(index - bsz)
+                    array = hwc[index]
+                    region = stored[index] if resized else None
+                else:
+                    assert held_hwc is not None
+                    slot = (index - bsz + shift) % capacity
                     array = held_hwc[slot]
-                    extent = held[slot] if held else None
-                if scales is None:
+                    region = held_sizes[slot] if resized else None
+                if region is None:
                     mine.append(Tile(array, x0, y0, x1, y1, left, top))
                     continue
                 # A resized tile: its stored pixels only (the warp reads past the placed
                 # rectangle's edge, so it must see the image's own edge, not padding).
-                assert extent is not None
-                sh, sw = extent
-                sx, sy = scales[b][q]
+                sh, sw = region
                 mine.append(Tile(array[:sh, :sw], x0, y0, x1, y1, left, top, sx, sy))
             rects.append(mine)
         return hwc, rects
 
-    def _canvas_by_slices(self, batch: Batch, placement: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    def _canvas_by_slices(self, batch: Batch, placement: _Placement) -> torch.Tensor:
         """The same canvas as `_canvas`, by rectangle copies."""
         height, width = image_hw(batch.images)
-        hwc, rects = self._rectangles(batch, placement)
+        hwc, rects = self._rectangles(batch.images, placement)
         fill = fill_for(batch.images, self.fill)
         canvas = empty_hwc((len(batch), 2 * height, 2 * width, hwc.shape[-1]), batch.images.dtype)
         canvas.fill_(fill)
@@ -624,14 +748,17 @@ class Mosaic(Augmentation):
                 ]
         return canvas.permute(0, 3, 1, 2)
 
-    def _canvas(self, batch: Batch, placement: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    def _canvas(self, batch: Batch, placement: _Placement) -> torch.Tensor:
         """Copy tiles into the canvas by index (exact, no interpolation).
 
         Runs over chunks of samples so the int64 index stays small on CPU.
         """
-        tiles, ox, oy, h, w, xc, yc, chosen, *_ = placement
+        tiles, chosen = placement.tiles, placement.chosen
+        ox, oy = placement.origin[..., 0], placement.origin[..., 1]
+        w, h = placement.extent[..., 0], placement.extent[..., 1]
+        xc, yc = placement.center[:, 0:1], placement.center[:, 1:2]
         bsz, _, tile_h, tile_w, channels = tiles.shape  # tiles may be larger than the batch
-        height, width = self._tile_hw(batch)
+        height, width = self._tile_hw(batch.images)
         dev = tiles.device
         y = torch.arange(2 * height, device=dev)[None, :, None]
         x = torch.arange(2 * width, device=dev)[None, None, :]

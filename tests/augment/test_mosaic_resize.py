@@ -260,3 +260,27 @@ def test_yolo_train_with_mixup_and_close_mosaic(backend):
         assert out.images.shape == (6, 3, SIZE, SIZE)
         assert (out.boxes[out.mask] >= 0).all() and (out.boxes[out.mask] <= SIZE).all()
         assert not (out.boxes[~out.mask] != 0).any()
+
+
+@pytest.mark.parametrize("size", [48, 640, 1280])
+def test_tile_extent_is_the_letterbox_content(size):
+    """Mosaic places a resized tile at its letterbox content size, round(h r) x round(w r)
+    (`Letterbox.fit`): the extent `mapped_extent` gives for `Letterbox.plan`'s matrix."""
+    from detfmt.augment._geometry import GeometryState, mapped_extent
+
+    letterbox = A.Letterbox(size, center=False)
+    side = torch.arange(1, 3 * size + 5)
+    for other in (1, 3, size // 3, size - 1, size, size + 1, 2 * size + 3):
+        for sizes in (torch.stack([side, torch.full_like(side, other)], dim=-1),
+                      torch.stack([torch.full_like(side, other), side], dim=-1)):
+            state = GeometryState(
+                batch_size=len(sizes), image_size=(size, size), sizes=sizes,
+                unmapped_boxes=torch.zeros(len(sizes), 1, 4),
+                mask=torch.zeros(len(sizes), 1, dtype=torch.bool), device=sizes.device,
+            )
+            plan = letterbox.plan(state, {})
+            want = mapped_extent(sizes, (size, size), plan.matrix, plan.out_size, affine=True)
+            fit = letterbox.fit(sizes[:, 0].double(), sizes[:, 1].double())
+            got = torch.stack([fit.height, fit.width], dim=-1).to(want.dtype)
+            assert torch.equal(got, want)
+            assert torch.equal(fit.matrix.to(torch.float32), plan.matrix)
