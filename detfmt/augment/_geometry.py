@@ -270,21 +270,31 @@ def plan_steps(
 ) -> tuple[Plan, list[Params], list[BoxRule]]:
     """Draw (or take) each step's parameters and multiply their matrices, last step leftmost."""
     state = GeometryState.of(batch)
-    matrix = eye(len(batch), state.device)
-    area_scale = torch.ones(len(batch), device=state.device)
+    # The product starts at the first step's matrix and area factor, not at an identity and
+    # ones: multiplying by those changes no number, it only costs ops.
+    matrix: torch.Tensor | None = None
+    area_scale: torch.Tensor | None = None
     used: list[Params] = []
     rules: list[BoxRule] = []
     for i, step in enumerate(steps):
         given = params[i] if params is not None else None
         step_params = given if given is not None else step.sample_geometry(state)
         plan = step.plan(state, step_params)
-        matrix = plan.matrix.to(torch.float32) @ matrix
-        area_scale = area_scale * plan.area_scale.to(torch.float32)
+        step_matrix = plan.matrix.to(torch.float32)
+        step_area = plan.area_scale.to(torch.float32)
+        if matrix is None or area_scale is None:
+            matrix, area_scale = step_matrix, step_area
+        else:
+            matrix = torch.bmm(step_matrix, matrix)
+            area_scale = area_scale * step_area
         later = steps[i + 1 :]
         state = advance(state, plan, any(s.reads_valid_region for s in later))
         used.append(step_params)
         if step.box_filter is not None:
             rules.append(step.box_filter)
+    if matrix is None or area_scale is None:  # no steps
+        matrix = eye(len(batch), state.device)
+        area_scale = torch.ones(len(batch), device=state.device)
     return Plan(matrix, state.image_size, area_scale), used, rules
 
 
