@@ -146,18 +146,24 @@ class RandomAffine(GeometricTransform):
         self.size = as_size("size", size) if size is not None else None
         self.affine_only = self.perspective == 0.0
 
+    _PARAMS = (
+        "degrees", "scale", "shear_x", "shear_y",
+        "perspective_x", "perspective_y", "translate_x", "translate_y",
+    )
+
     def sample_geometry(self, state: GeometryState) -> Params:
-        b, dev, g = (state.batch_size,), state.device, self.generator
-        return {
-            "degrees": rnd.uniform(g, b, -self.degrees, self.degrees, dev),
-            "scale": rnd.uniform(g, b, 1 - self.scale, 1 + self.scale, dev),
-            "shear_x": rnd.uniform(g, b, -self.shear, self.shear, dev),
-            "shear_y": rnd.uniform(g, b, -self.shear, self.shear, dev),
-            "perspective_x": rnd.uniform(g, b, -self.perspective, self.perspective, dev),
-            "perspective_y": rnd.uniform(g, b, -self.perspective, self.perspective, dev),
-            "translate_x": rnd.uniform(g, b, 0.5 - self.translate, 0.5 + self.translate, dev),
-            "translate_y": rnd.uniform(g, b, 0.5 - self.translate, 0.5 + self.translate, dev),
-        }
+        bounds = [
+            (-self.degrees, self.degrees),
+            (1 - self.scale, 1 + self.scale),
+            (-self.shear, self.shear),
+            (-self.shear, self.shear),
+            (-self.perspective, self.perspective),
+            (-self.perspective, self.perspective),
+            (0.5 - self.translate, 0.5 + self.translate),
+            (0.5 - self.translate, 0.5 + self.translate),
+        ]
+        draws = rnd.uniform_rows(self.generator, bounds, state.batch_size, state.device)
+        return dict(zip(self._PARAMS, draws, strict=True))
 
     def plan(self, state: GeometryState, params: Params) -> Plan:
         in_h, in_w = state.image_size
