@@ -178,15 +178,17 @@ def _scale_and_shift_boxes(boxes: torch.Tensor, matrix: torch.Tensor) -> torch.T
     ``x * s + t`` (the general path's ``x * s + y * 0 + t``, the same number), so two corners
     give the min/max of four."""
     b = boxes.to(matrix.dtype)
-    scale = torch.diagonal(matrix[:, :2, :2], dim1=1, dim2=2)[:, None, :]  # (B, 1, 2)
-    shift = matrix[:, None, :2, 2]
-    first = b[..., :2] * scale + shift
-    second = b[..., 2:] * scale + shift
+    scale = torch.diagonal(matrix[:, :2, :2], dim1=1, dim2=2)[:, None, None, :]  # (B, 1, 1, 2)
+    shift = matrix[:, None, None, :2, 2]
+    # Both corners in one multiply-add: (B, M, 2 corners, 2 coordinates).
+    first, second = (b.unflatten(-1, (2, 2)) * scale + shift).unbind(2)
     return torch.cat([torch.minimum(first, second), torch.maximum(first, second)], dim=-1)
 
 
 def clip_boxes(boxes: torch.Tensor, height: int, width: int) -> torch.Tensor:
     """Clip xyxy to [0, W] x [0, H] (the image's continuous extent)."""
+    if height == width:  # a square output: one clamp of every coordinate, the same numbers
+        return boxes.clamp(0.0, float(width))
     x = boxes[..., 0::2].clamp(0.0, float(width))
     y = boxes[..., 1::2].clamp(0.0, float(height))
     return torch.stack([x[..., 0], y[..., 0], x[..., 1], y[..., 1]], dim=-1)
