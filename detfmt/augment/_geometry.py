@@ -20,7 +20,7 @@ from detfmt.augment._base import Augmentation, Params, fill_for, image_hw
 from detfmt.augment._matrix import clip_boxes, eye, transform_boxes, transform_points
 from detfmt.augment._memory import empty_hwc
 from detfmt.augment._warp import warp_images
-from detfmt.augment.sanitize import BoxChange, BoxRule, drop_boxes, keeps_moved_box
+from detfmt.augment.sanitize import BoxChange, BoxRule, drop_boxes, keeps_moved
 from detfmt.errors import UsageError
 from detfmt.torch.batch import Batch
 
@@ -171,6 +171,8 @@ def mapped_extent(
         hw = torch.tensor(image_size, dtype=torch.float64, device=matrix.device).expand(batch, 2)
     else:
         hw = sizes.to(device=matrix.device, dtype=torch.float64)
+    if _scale_and_shift_on_host(matrix):
+        return _rectangle_extent(hw, matrix.to(torch.float64), out_size).to(dtype)
     zeros = torch.zeros_like(hw[:, 0])
     corners = torch.stack(  # in order around the region: (0, 0), (w, 0), (w, h), (0, h)
         [zeros, zeros, hw[:, 1], zeros, hw[:, 1], hw[:, 0], zeros, hw[:, 0]], dim=-1
@@ -181,6 +183,41 @@ def mapped_extent(
     width = torch.ceil(far[:, 0] - _EXTENT_TOLERANCE).clamp(1, out_w)
     height = torch.ceil(far[:, 1] - _EXTENT_TOLERANCE).clamp(1, out_h)
     return torch.stack([height, width], dim=-1).to(dtype)
+
+
+def _scale_and_shift_on_host(matrix: torch.Tensor) -> bool:
+    """Whether every matrix is a finite scale and translation (last row 0 0 1), read on the host
+    (eager CPU tensors only: elsewhere the check would be a device sync)."""
+    if matrix.device.type != "cpu" or matrix.requires_grad or torch.compiler.is_compiling():
+        return False
+    m = matrix.numpy()
+    if m[:, 0, 1].any() or m[:, 1, 0].any() or m[:, 2, :2].any() or (m[:, 2, 2] != 1).any():
+        return False
+    return bool(abs(m).max() < float("inf"))  # False for a NaN too
+
+
+def _rectangle_extent(
+    hw: torch.Tensor, matrix: torch.Tensor, out_size: tuple[int, int]
+) -> torch.Tensor:
+    """`mapped_extent` (float64, before the cast) where every matrix is a finite scale and
+    translation (`_scale_and_shift_on_host`): each region maps to an axis-aligned rectangle.
+
+    The general path maps corner coordinates as ``x * s + y * 0 + t``: the values of
+    ``x * s + t``, so two corners give the rectangle, and it then takes the rectangle branch of
+    `_far_corner_inside` (or, when the rectangle is inside the output, its largest corner,
+    which gives the same whole pixels after the rounding up and the clamp to the output).
+    Here that is one expression in (h, w) order: the far side clamped to the output, rounded
+    up, at least 1; 1 where the rectangle misses the output.
+    """
+    tol = _EXTENT_TOLERANCE
+    scale = torch.diagonal(matrix[:, :2, :2], dim1=1, dim2=2).flip(-1)  # (sy, sx)
+    shift = matrix[:, :2, 2].flip(-1)  # (ty, tx): the image of corner (0, 0)
+    far_corner = hw * scale + shift
+    near, far = torch.minimum(shift, far_corner), torch.maximum(shift, far_corner)
+    limit = hw.new_tensor(out_size)
+    overlaps = ((far >= -tol) & (near <= limit + tol)).all(dim=-1, keepdim=True)
+    extent = torch.ceil(torch.minimum(far, limit) - tol).clamp_min(1)
+    return torch.where(overlaps, extent, 1.0)
 
 
 def _far_corner_inside(quad: torch.Tensor, height: float, width: float) -> torch.Tensor:
@@ -408,7 +445,7 @@ def _apply_geometric(
     after = transform_boxes(before, total.matrix, affine_only)
     clipped = clip_boxes(after, *total.out_size)
     change = BoxChange(before, after, clipped, total.area_scale, total.out_size)
-    keep = keeps_moved_box(after, clipped, total.out_size)
+    keep = keeps_moved(change)
     for rule in rules:
         keep = keep & rule(change)
     out = drop_boxes(batch, keep, clipped)
