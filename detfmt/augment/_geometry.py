@@ -419,6 +419,20 @@ def _apply_geometric(
         module.last_params = hsv_params
     interpolation = "bilinear" if any(s.interpolation == "bilinear" for s in steps) else "nearest"
     affine_only = all(s.affine_only for s in steps)
+    # The boxes and the valid region before the warp, which does not read them: these small
+    # ops then run while their code and data are still in the caches the warp would evict.
+    before = batch.boxes.to(torch.float32)
+    after = transform_boxes(before, total.matrix, affine_only)
+    clipped = clip_boxes(after, *total.out_size)
+    change = BoxChange(before, after, clipped, total.area_scale, total.out_size)
+    keep = keeps_moved(change)
+    for rule in rules:
+        keep = keep & rule(change)
+    out = drop_boxes(batch, keep, clipped)
+    dtype = batch.sizes.dtype if batch.sizes is not None else torch.int32
+    sizes = mapped_extent(
+        batch.sizes, image_hw(batch.images), total.matrix, total.out_size, dtype, affine_only
+    )
     warp = warp_images
     options: dict[str, Any] = {}
     opencv = source is not None or _backend.use_opencv(batch.images)
@@ -440,18 +454,6 @@ def _apply_geometric(
         sizes=batch.sizes,
         affine_only=affine_only,
         **options,
-    )
-    before = batch.boxes.to(torch.float32)
-    after = transform_boxes(before, total.matrix, affine_only)
-    clipped = clip_boxes(after, *total.out_size)
-    change = BoxChange(before, after, clipped, total.area_scale, total.out_size)
-    keep = keeps_moved(change)
-    for rule in rules:
-        keep = keep & rule(change)
-    out = drop_boxes(batch, keep, clipped)
-    dtype = batch.sizes.dtype if batch.sizes is not None else torch.int32
-    sizes = mapped_extent(
-        batch.sizes, image_hw(batch.images), total.matrix, total.out_size, dtype, affine_only
     )
     device = batch.sizes.device if batch.sizes is not None else batch.images.device
     out = out.replace(images=images, sizes=sizes.to(device))

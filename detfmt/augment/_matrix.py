@@ -178,10 +178,10 @@ def _scale_and_shift_boxes(boxes: torch.Tensor, matrix: torch.Tensor) -> torch.T
     ``x * s + t`` (the general path's ``x * s + y * 0 + t``, the same number), so two corners
     give the min/max of four."""
     b = boxes.to(matrix.dtype)
-    scale = torch.diagonal(matrix[:, :2, :2], dim1=1, dim2=2)[:, None, None, :]  # (B, 1, 1, 2)
-    shift = matrix[:, None, None, :2, 2]
-    # Both corners in one multiply-add: (B, M, 2 corners, 2 coordinates).
-    first, second = (b.unflatten(-1, (2, 2)) * scale + shift).unbind(2)
+    scale = torch.diagonal(matrix[:, :2, :2], dim1=1, dim2=2)[:, None, :]  # (B, 1, 2)
+    shift = matrix[:, None, :2, 2]
+    first = b[..., :2] * scale + shift
+    second = b[..., 2:] * scale + shift
     return torch.cat([torch.minimum(first, second), torch.maximum(first, second)], dim=-1)
 
 

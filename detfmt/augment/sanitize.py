@@ -205,17 +205,18 @@ def _keeps_moved(
     clipped_wh: torch.Tensor,
     image_size: tuple[int, int],
 ) -> torch.Tensor:
-    """`keeps_moved_box` on (w, h) pairs, in fewer ops. A zero-area box is one with a zero side
-    and no negative one: (w == 0 and h >= 0) or (h == 0 and w >= 0)."""
+    """`keeps_moved_box` on (w, h) pairs, in fewer ops: both sides positive is the smaller one
+    positive; a zero-area box (w == 0 and h >= 0, or h == 0 and w >= 0) is one whose smaller
+    side is 0; a NaN fails every test either way (amin/amax propagate it)."""
     height, width = image_size
-    visible = (clipped_wh > 0).all(-1)
-    degenerate = (after_wh == 0).any(-1) & (after_wh >= 0).all(-1)
+    visible = clipped_wh.amin(-1) > 0
+    degenerate = after_wh.amin(-1) == 0
     near = after[..., :2]
     if height == width:
-        near_inside = (near <= width).all(-1)
+        near_inside = near.amax(-1) <= width
     else:
         near_inside = (near[..., 0] <= width) & (near[..., 1] <= height)
-    touches = near_inside & (after[..., 2:] >= 0).all(-1)
+    touches = near_inside & (after[..., 2:].amin(-1) >= 0)
     return visible | (degenerate & touches)
 
 
