@@ -80,7 +80,14 @@ def test_ultralytics_candidates_on_pairs_match_the_per_side_form(seed):
     g = torch.Generator().manual_seed(seed)
     before = _boxes_with_zero_sides(g, 64.0)
     clipped = mx.clip_boxes(_boxes_with_zero_sides(g, 64.0), 64, 64)
-    area_scale = torch.tensor([0.25, 1.0, 2.25, 0.0, -0.0, 1.5])
+    # Boxes exactly on each threshold: a side of 2 px, an aspect ratio of 100, an area ratio
+    # of 0.1 (w2 * h2 = 0.1 * w1 * h1 with area_scale 1).
+    on_edges = [[1.0, 1.0, 3.0, 9.0], [0.0, 0.0, 300.0, 3.0], [0.0, 0.0, 3.0, 300.0]]
+    clipped[0, :3] = torch.tensor(on_edges)
+    before[0, :3] = clipped[0, :3]
+    clipped[1, 0] = torch.tensor([0.0, 0.0, 4.0, 5.0])
+    before[1, 0] = torch.tensor([0.0, 0.0, 10.0, 20.0])
+    area_scale = torch.tensor([1.0, 1.0, 2.25, 0.0, -0.0, 1.5])
     rule = UltralyticsCandidates()
     w1, h1 = before[..., 2] - before[..., 0], before[..., 3] - before[..., 1]
     w2, h2 = clipped[..., 2] - clipped[..., 0], clipped[..., 3] - clipped[..., 1]
@@ -154,6 +161,9 @@ def _extent_cases(seed: int) -> tuple[torch.Tensor, torch.Tensor, tuple[int, int
     w = sizes[:, 1].to(torch.float32)
     matrix[::4, 0, 0] = 1.0
     matrix[::4, 0, 2] = out_size[1] - w[::4] + torch.tensor([0.0, 5e-4, 2e-3, -5e-4]).repeat(4)
+    # Far corners just past a whole pixel inside the output (within and beyond the tolerance).
+    matrix[3::4, 0, 0] = 1.0
+    matrix[3::4, 0, 2] = 30.0 - w[3::4] + torch.tensor([5e-4, 2e-3, 0.0, 0.25]).repeat(4)
     matrix[1::7, 1, 2] = 200.0  # below the output
     matrix[2::7, 0, 2] = -500.0  # left of it
     return sizes, matrix, out_size
@@ -179,11 +189,14 @@ def test_mapped_extent_of_rectangles_matches_the_quadrilateral_path(monkeypatch,
 
 def test_the_rectangle_check_refuses_other_matrices():
     matrix = _extent_cases(0)[1]
-    rotated, perspective, broken = matrix.clone(), matrix.clone(), matrix.clone()
-    rotated[:, 0, 1] = 0.1
-    perspective[:, 2, 0] = 1e-4
-    broken[3, 0, 2] = math.nan
-    for m in (rotated, perspective, broken):
+    others = [matrix.clone() for _ in range(6)]
+    others[0][:, 0, 1] = 0.1  # shear or rotation
+    others[1][5, 1, 0] = -0.1
+    others[2][:, 2, 0] = 1e-4  # perspective
+    others[3][2, 2, 1] = 1e-4
+    others[4][3, 2, 2] = 2.0
+    others[5][3, 0, 2] = math.nan
+    for m in others:
         assert not _geometry._scale_and_shift_on_host(m)
     assert _geometry._scale_and_shift_on_host(matrix)
 
