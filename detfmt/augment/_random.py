@@ -44,9 +44,10 @@ def uniform_rows(
     A CPU generator fills a tensor serially, so one (rows, size) draw holds those calls' numbers
     row after row, and the rows are scaled by the same float32 operations: a handful of ops
     instead of a handful per row. Other generators draw row by row (their streams depend on the
-    call shapes).
+    call shapes), and so do draws for another device (the bounds as tensors there would be
+    host-to-device copies).
     """
-    if generator.device.type != "cpu":
+    if generator.device.type != "cpu" or torch.device(device).type != "cpu":
         return [uniform(generator, (size,), low, high, device) for low, high in bounds]
     u = torch.rand((len(bounds), size), generator=generator, dtype=torch.float32).to(device)
     lows = torch.tensor([low for low, _ in bounds], dtype=torch.float32, device=device)
