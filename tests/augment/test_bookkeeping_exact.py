@@ -15,7 +15,7 @@ import torch
 from detfmt.augment import _geometry
 from detfmt.augment import _matrix as mx
 from detfmt.augment import _random as rnd
-from detfmt.augment.geometric import RandomAffine
+from detfmt.augment.geometric import Letterbox, RandomAffine
 from detfmt.augment.sanitize import BoxChange, UltralyticsCandidates, keeps_moved, keeps_moved_box
 
 
@@ -279,3 +279,31 @@ def test_flip_and_translation_matrices_match_identity_with_written_entries(exten
     want = mx.eye(4, torch.device("cpu"))
     want[:, 0, 2], want[:, 1, 2] = tx, ty
     assert _same_bits(mx.translation(tx, ty), want)
+
+
+@pytest.mark.parametrize("center", [True, False])
+@pytest.mark.parametrize("scaleup", [True, False])
+def test_letterbox_matrix_is_the_translation_times_scaling(center, scaleup):
+    g = torch.Generator().manual_seed(9)
+    sizes = torch.randint(1, 2000, (64, 2), generator=g, dtype=torch.int32)
+    sizes[:4] = torch.tensor([[1, 1], [2, 300], [640, 640], [1999, 3]], dtype=torch.int32)
+    state = _geometry.GeometryState(
+        batch_size=64,
+        image_size=(2000, 2000),
+        sizes=sizes,
+        unmapped_boxes=torch.zeros(64, 1, 4),
+        mask=torch.zeros(64, 1, dtype=torch.bool),
+        device=torch.device("cpu"),
+    )
+    module = Letterbox((480, 640), center=center, scaleup=scaleup)
+    plan = module.plan(state, {})
+    # The product it stands for, from the same parameters.
+    h, w = state.content_hw()
+    r = torch.minimum(480 / h, 640 / w)
+    r = r if scaleup else r.clamp(max=1.0)
+    new_w, new_h = torch.round(w * r).clamp_min(1), torch.round(h * r).clamp_min(1)
+    zero = torch.zeros_like(new_w)
+    left = torch.floor((640 - new_w) / 2) if center else zero
+    top = torch.floor((480 - new_h) / 2) if center else zero
+    want = torch.bmm(mx.translation(left, top), mx.scaling(new_w / w, new_h / h))
+    assert torch.equal(plan.matrix, want.to(torch.float32))
