@@ -307,3 +307,4 @@ def test_letterbox_matrix_is_the_translation_times_scaling(center, scaleup):
     top = torch.floor((480 - new_h) / 2) if center else zero
     want = torch.bmm(mx.translation(left, top), mx.scaling(new_w / w, new_h / h))
     assert torch.equal(plan.matrix, want.to(torch.float32))
+
