@@ -20,7 +20,7 @@ from detfmt.augment._base import Augmentation, Params, fill_for, image_hw
 from detfmt.augment._matrix import clip_boxes, eye, transform_boxes, transform_points
 from detfmt.augment._memory import empty_hwc
 from detfmt.augment._warp import warp_images
-from detfmt.augment.sanitize import BoxChange, BoxRule, drop_boxes, keeps_moved
+from detfmt.augment.sanitize import BoxChange, BoxRule, keeps_moved, kept_box_fields
 from detfmt.errors import UsageError
 from detfmt.torch.batch import Batch
 
@@ -428,7 +428,7 @@ def _apply_geometric(
     keep = keeps_moved(change)
     for rule in rules:
         keep = keep & rule(change)
-    out = drop_boxes(batch, keep, clipped)
+    kept = kept_box_fields(batch, keep, clipped)
     dtype = batch.sizes.dtype if batch.sizes is not None else torch.int32
     sizes = mapped_extent(
         batch.sizes, image_hw(batch.images), total.matrix, total.out_size, dtype, affine_only
@@ -456,7 +456,7 @@ def _apply_geometric(
         **options,
     )
     device = batch.sizes.device if batch.sizes is not None else batch.images.device
-    out = out.replace(images=images, sizes=sizes.to(device))
+    out = batch.replace(images=images, sizes=sizes.to(device), **kept)
     if recolor is not None and "hsv" not in options:
         out = recolor[0].apply(out, hsv_params)
     return out

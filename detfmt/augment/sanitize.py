@@ -8,7 +8,7 @@ False to True, and dropped slots are reset to padding (boxes 0, class -1).
 from __future__ import annotations
 
 import dataclasses
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -166,13 +166,20 @@ class AllOf:
 def drop_boxes(batch: Batch, keep: torch.Tensor, boxes: torch.Tensor) -> Batch:
     """Write ``boxes`` where ``keep & mask``, padding elsewhere (boxes 0, class -1, per-box
     extras 0); slots keep their places, so per-box extras stay with their boxes."""
+    return batch.replace(**kept_box_fields(batch, keep, boxes))
+
+
+def kept_box_fields(batch: Batch, keep: torch.Tensor, boxes: torch.Tensor) -> dict[str, Any]:
+    """`drop_boxes`' new fields, for a caller that replaces more fields in the same copy."""
     keep = keep & batch.mask
-    return batch.replace(
-        boxes=torch.where(keep[..., None], boxes, torch.zeros_like(boxes)).to(batch.boxes.dtype),
-        classes=torch.where(keep, batch.classes, torch.full_like(batch.classes, -1)),
-        mask=keep,
-        extras={**batch.extras, **where_kept(batch.per_box(), keep)},
-    )
+    return {
+        "boxes": torch.where(keep[..., None], boxes, torch.zeros_like(boxes)).to(
+            batch.boxes.dtype
+        ),
+        "classes": torch.where(keep, batch.classes, torch.full_like(batch.classes, -1)),
+        "mask": keep,
+        "extras": {**batch.extras, **where_kept(batch.per_box(), keep)},
+    }
 
 
 def keeps_moved_box(
