@@ -20,7 +20,7 @@ from detfmt.augment._base import Augmentation, Params, fill_for, image_hw
 from detfmt.augment._matrix import clip_boxes, eye, transform_boxes, transform_points
 from detfmt.augment._memory import empty_hwc
 from detfmt.augment._warp import warp_images
-from detfmt.augment.sanitize import BoxChange, BoxRule, drop_boxes, keeps_moved_box
+from detfmt.augment.sanitize import BoxChange, BoxRule, keeps_moved, kept_box_fields
 from detfmt.errors import UsageError
 from detfmt.torch.batch import Batch
 
@@ -171,6 +171,8 @@ def mapped_extent(
         hw = torch.tensor(image_size, dtype=torch.float64, device=matrix.device).expand(batch, 2)
     else:
         hw = sizes.to(device=matrix.device, dtype=torch.float64)
+    if _scale_and_shift_on_host(matrix):
+        return _rectangle_extent(hw, matrix.to(torch.float64), out_size).to(dtype)
     zeros = torch.zeros_like(hw[:, 0])
     corners = torch.stack(  # in order around the region: (0, 0), (w, 0), (w, h), (0, h)
         [zeros, zeros, hw[:, 1], zeros, hw[:, 1], hw[:, 0], zeros, hw[:, 0]], dim=-1
@@ -181,6 +183,41 @@ def mapped_extent(
     width = torch.ceil(far[:, 0] - _EXTENT_TOLERANCE).clamp(1, out_w)
     height = torch.ceil(far[:, 1] - _EXTENT_TOLERANCE).clamp(1, out_h)
     return torch.stack([height, width], dim=-1).to(dtype)
+
+
+def _scale_and_shift_on_host(matrix: torch.Tensor) -> bool:
+    """Whether every matrix is a finite scale and translation (last row 0 0 1), read on the host
+    (eager CPU tensors only: elsewhere the check would be a device sync)."""
+    if matrix.device.type != "cpu" or matrix.requires_grad or torch.compiler.is_compiling():
+        return False
+    m = matrix.numpy()
+    if m[:, 0, 1].any() or m[:, 1, 0].any() or m[:, 2, :2].any() or (m[:, 2, 2] != 1).any():
+        return False
+    return bool(abs(m).max() < float("inf"))  # False for a NaN too
+
+
+def _rectangle_extent(
+    hw: torch.Tensor, matrix: torch.Tensor, out_size: tuple[int, int]
+) -> torch.Tensor:
+    """`mapped_extent` (float64, before the cast) where every matrix is a finite scale and
+    translation (`_scale_and_shift_on_host`): each region maps to an axis-aligned rectangle.
+
+    The general path maps corner coordinates as ``x * s + y * 0 + t``: the values of
+    ``x * s + t``, so two corners give the rectangle, and it then takes the rectangle branch of
+    `_far_corner_inside` (or, when the rectangle is inside the output, its largest corner,
+    which gives the same whole pixels after the rounding up and the clamp to the output).
+    Here that is one expression in (h, w) order: the far side clamped to the output, rounded
+    up, at least 1; 1 where the rectangle misses the output.
+    """
+    tol = _EXTENT_TOLERANCE
+    scale = torch.diagonal(matrix[:, :2, :2], dim1=1, dim2=2).flip(-1)  # (sy, sx)
+    shift = matrix[:, :2, 2].flip(-1)  # (ty, tx): the image of corner (0, 0)
+    far_corner = hw * scale + shift
+    near, far = torch.minimum(shift, far_corner), torch.maximum(shift, far_corner)
+    limit = hw.new_tensor(out_size)
+    overlaps = ((far >= -tol) & (near <= limit + tol)).all(dim=-1, keepdim=True)
+    extent = torch.ceil(torch.minimum(far, limit) - tol).clamp_min(1)
+    return torch.where(overlaps, extent, 1.0)
 
 
 def _far_corner_inside(quad: torch.Tensor, height: float, width: float) -> torch.Tensor:
@@ -270,21 +307,31 @@ def plan_steps(
 ) -> tuple[Plan, list[Params], list[BoxRule]]:
     """Draw (or take) each step's parameters and multiply their matrices, last step leftmost."""
     state = GeometryState.of(batch)
-    matrix = eye(len(batch), state.device)
-    area_scale = torch.ones(len(batch), device=state.device)
+    # The product starts at the first step's matrix and area factor, not at an identity and
+    # ones: multiplying by those changes no number, it only costs ops.
+    matrix: torch.Tensor | None = None
+    area_scale: torch.Tensor | None = None
     used: list[Params] = []
     rules: list[BoxRule] = []
     for i, step in enumerate(steps):
         given = params[i] if params is not None else None
         step_params = given if given is not None else step.sample_geometry(state)
         plan = step.plan(state, step_params)
-        matrix = plan.matrix.to(torch.float32) @ matrix
-        area_scale = area_scale * plan.area_scale.to(torch.float32)
+        step_matrix = plan.matrix.to(torch.float32)
+        step_area = plan.area_scale.to(torch.float32)
+        if matrix is None or area_scale is None:
+            matrix, area_scale = step_matrix, step_area
+        else:
+            matrix = torch.bmm(step_matrix, matrix)
+            area_scale = area_scale * step_area
         later = steps[i + 1 :]
         state = advance(state, plan, any(s.reads_valid_region for s in later))
         used.append(step_params)
         if step.box_filter is not None:
             rules.append(step.box_filter)
+    if matrix is None or area_scale is None:  # no steps
+        matrix = eye(len(batch), state.device)
+        area_scale = torch.ones(len(batch), device=state.device)
     return Plan(matrix, state.image_size, area_scale), used, rules
 
 
@@ -372,6 +419,20 @@ def _apply_geometric(
         module.last_params = hsv_params
     interpolation = "bilinear" if any(s.interpolation == "bilinear" for s in steps) else "nearest"
     affine_only = all(s.affine_only for s in steps)
+    # The boxes and the valid region before the warp, which does not read them: these small
+    # ops then run while their code and data are still in the caches the warp would evict.
+    before = batch.boxes.to(torch.float32)
+    after = transform_boxes(before, total.matrix, affine_only)
+    clipped = clip_boxes(after, *total.out_size)
+    change = BoxChange(before, after, clipped, total.area_scale, total.out_size)
+    keep = keeps_moved(change)
+    for rule in rules:
+        keep = keep & rule(change)
+    kept = kept_box_fields(batch, keep, clipped)
+    dtype = batch.sizes.dtype if batch.sizes is not None else torch.int32
+    sizes = mapped_extent(
+        batch.sizes, image_hw(batch.images), total.matrix, total.out_size, dtype, affine_only
+    )
     warp = warp_images
     options: dict[str, Any] = {}
     opencv = source is not None or _backend.use_opencv(batch.images)
@@ -394,20 +455,8 @@ def _apply_geometric(
         affine_only=affine_only,
         **options,
     )
-    before = batch.boxes.to(torch.float32)
-    after = transform_boxes(before, total.matrix, affine_only)
-    clipped = clip_boxes(after, *total.out_size)
-    change = BoxChange(before, after, clipped, total.area_scale, total.out_size)
-    keep = keeps_moved_box(after, clipped, total.out_size)
-    for rule in rules:
-        keep = keep & rule(change)
-    out = drop_boxes(batch, keep, clipped)
-    dtype = batch.sizes.dtype if batch.sizes is not None else torch.int32
-    sizes = mapped_extent(
-        batch.sizes, image_hw(batch.images), total.matrix, total.out_size, dtype, affine_only
-    )
     device = batch.sizes.device if batch.sizes is not None else batch.images.device
-    out = out.replace(images=images, sizes=sizes.to(device))
+    out = batch.replace(images=images, sizes=sizes.to(device), **kept)
     if recolor is not None and "hsv" not in options:
         out = recolor[0].apply(out, hsv_params)
     return out

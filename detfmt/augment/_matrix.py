@@ -19,20 +19,45 @@ def eye(batch: int, device: torch.device, dtype: torch.dtype = torch.float32) ->
     return torch.eye(3, device=device, dtype=dtype).expand(batch, 3, 3).clone()
 
 
+def affine(
+    a: torch.Tensor | float,
+    b: torch.Tensor | float,
+    c: torch.Tensor | float,
+    d: torch.Tensor | float,
+    e: torch.Tensor | float,
+    f: torch.Tensor | float,
+    *,
+    like: torch.Tensor,
+) -> torch.Tensor:
+    """(B, 3, 3) ``[[a, b, c], [d, e, f], [0, 0, 1]]`` from (B,) tensors or numbers, with the
+    dtype and device of ``like`` (B,).
+
+    One construction: the matrices are built per batch from a few hundred numbers, where the
+    count of tensor ops (an identity, then one indexed write per entry) is the cost.
+    """
+    filled: dict[float, torch.Tensor] = {}
+
+    def column(value: torch.Tensor | float) -> torch.Tensor:
+        if isinstance(value, torch.Tensor):  # written as an indexed write would cast it
+            same = value.dtype == like.dtype and value.device == like.device
+            return value if same else value.to(device=like.device, dtype=like.dtype)
+        number = float(value)
+        if number not in filled:
+            filled[number] = torch.full_like(like, number)
+        return filled[number]
+
+    entries = [column(v) for v in (a, b, c, d, e, f, 0.0, 0.0, 1.0)]
+    return torch.stack(entries, dim=-1).view(like.shape[0], 3, 3)
+
+
 def translation(tx: torch.Tensor, ty: torch.Tensor) -> torch.Tensor:
     """(B, 3, 3) translation by (tx, ty)."""
-    m = eye(tx.shape[0], tx.device, tx.dtype)
-    m[:, 0, 2] = tx
-    m[:, 1, 2] = ty
-    return m
+    return affine(1.0, 0.0, tx, 0.0, 1.0, ty, like=tx)
 
 
 def scaling(sx: torch.Tensor, sy: torch.Tensor) -> torch.Tensor:
     """(B, 3, 3) scaling about the origin."""
-    m = eye(sx.shape[0], sx.device, sx.dtype)
-    m[:, 0, 0] = sx
-    m[:, 1, 1] = sy
-    return m
+    return affine(sx, 0.0, 0.0, 0.0, sy, 0.0, like=sx)
 
 
 def rotation_scale(degrees: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -43,20 +68,14 @@ def rotation_scale(degrees: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     rad = degrees * (math.pi / 180.0)
     alpha = scale * torch.cos(rad)
     beta = scale * torch.sin(rad)
-    m = eye(degrees.shape[0], degrees.device, degrees.dtype)
-    m[:, 0, 0] = alpha
-    m[:, 0, 1] = beta
-    m[:, 1, 0] = -beta
-    m[:, 1, 1] = alpha
-    return m
+    return affine(alpha, beta, 0.0, -beta, alpha, 0.0, like=degrees)
 
 
 def shearing(x_degrees: torch.Tensor, y_degrees: torch.Tensor) -> torch.Tensor:
     """(B, 3, 3) shear: M[0, 1] = tan(x), M[1, 0] = tan(y) (Ultralytics' S)."""
-    m = eye(x_degrees.shape[0], x_degrees.device, x_degrees.dtype)
-    m[:, 0, 1] = torch.tan(x_degrees * (math.pi / 180.0))
-    m[:, 1, 0] = torch.tan(y_degrees * (math.pi / 180.0))
-    return m
+    shear_x = torch.tan(x_degrees * (math.pi / 180.0))
+    shear_y = torch.tan(y_degrees * (math.pi / 180.0))
+    return affine(1.0, shear_x, 0.0, shear_y, 1.0, 0.0, like=x_degrees)
 
 
 def perspective(px: torch.Tensor, py: torch.Tensor) -> torch.Tensor:
@@ -69,19 +88,37 @@ def perspective(px: torch.Tensor, py: torch.Tensor) -> torch.Tensor:
 
 def horizontal_flip(flip: torch.Tensor, width: torch.Tensor | float) -> torch.Tensor:
     """x' = W - x where ``flip`` is True, identity elsewhere (pixel i -> pixel W - 1 - i)."""
-    m = eye(flip.shape[0], flip.device)
-    sign = torch.where(flip, -1.0, 1.0)
-    m[:, 0, 0] = sign
-    m[:, 0, 2] = torch.where(flip, torch.as_tensor(width, dtype=m.dtype, device=m.device), 0.0)
-    return m
+    sign, shift = _flip_entries(flip, width)
+    return affine(sign, 0.0, shift, 0.0, 1.0, 0.0, like=sign)
 
 
 def vertical_flip(flip: torch.Tensor, height: torch.Tensor | float) -> torch.Tensor:
     """y' = H - y where ``flip`` is True, identity elsewhere."""
-    m = eye(flip.shape[0], flip.device)
-    m[:, 1, 1] = torch.where(flip, -1.0, 1.0)
-    m[:, 1, 2] = torch.where(flip, torch.as_tensor(height, dtype=m.dtype, device=m.device), 0.0)
-    return m
+    sign, shift = _flip_entries(flip, height)
+    return affine(1.0, 0.0, 0.0, 0.0, sign, shift, like=sign)
+
+
+def _flip_entries(
+    flip: torch.Tensor, extent: torch.Tensor | float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B,) float32 scale (-1 or 1) and shift (the extent or 0) of a flip."""
+    sign = torch.where(flip, -1.0, 1.0).to(torch.float32)
+    if isinstance(extent, torch.Tensor):
+        extent = extent.to(device=flip.device, dtype=torch.float32)
+    else:
+        extent = float(extent)
+    return sign, torch.where(flip, extent, 0.0).to(torch.float32)
+
+
+def all_zero_on_host(*values: torch.Tensor) -> bool:
+    """Whether every value is 0, read on the host (eager CPU tensors only: False elsewhere, where
+    the check would be a device sync). Lets a caller leave out factors that are identities."""
+    if torch.compiler.is_compiling():
+        return False
+    if any(value.device.type != "cpu" or value.requires_grad for value in values):
+        return False
+    # One concatenation and one host read rather than one read per value.
+    return not torch.cat([value.flatten() for value in values]).numpy().any()
 
 
 def box_corners(boxes: torch.Tensor) -> torch.Tensor:
@@ -150,6 +187,8 @@ def _scale_and_shift_boxes(boxes: torch.Tensor, matrix: torch.Tensor) -> torch.T
 
 def clip_boxes(boxes: torch.Tensor, height: int, width: int) -> torch.Tensor:
     """Clip xyxy to [0, W] x [0, H] (the image's continuous extent)."""
+    if height == width:  # a square output: one clamp of every coordinate, the same numbers
+        return boxes.clamp(0.0, float(width))
     x = boxes[..., 0::2].clamp(0.0, float(width))
     y = boxes[..., 1::2].clamp(0.0, float(height))
     return torch.stack([x[..., 0], y[..., 0], x[..., 1], y[..., 1]], dim=-1)

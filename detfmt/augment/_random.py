@@ -32,6 +32,29 @@ def uniform(
     return low + (high - low) * u
 
 
+def uniform_rows(
+    generator: torch.Generator,
+    bounds: list[tuple[float, float]],
+    size: int,
+    device: torch.device,
+) -> list[torch.Tensor]:
+    """One (size,) float32 draw U(low, high) per ``(low, high)``: the numbers of one `uniform`
+    call per row, in order.
+
+    A CPU generator fills a tensor serially, so one (rows, size) draw holds those calls' numbers
+    row after row, and the rows are scaled by the same float32 operations: a handful of ops
+    instead of a handful per row. Other generators draw row by row (their streams depend on the
+    call shapes), and so do draws for another device (the bounds as tensors there would be
+    host-to-device copies).
+    """
+    if generator.device.type != "cpu" or torch.device(device).type != "cpu":
+        return [uniform(generator, (size,), low, high, device) for low, high in bounds]
+    u = torch.rand((len(bounds), size), generator=generator, dtype=torch.float32).to(device)
+    lows = torch.tensor([low for low, _ in bounds], dtype=torch.float32, device=device)
+    widths = torch.tensor([high - low for low, high in bounds], dtype=torch.float32, device=device)
+    return list((lows[:, None] + widths[:, None] * u).unbind(0))
+
+
 def bernoulli(
     generator: torch.Generator, shape: tuple[int, ...], p: float, device: torch.device
 ) -> torch.Tensor:

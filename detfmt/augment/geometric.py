@@ -164,29 +164,45 @@ class RandomAffine(GeometricTransform):
         self.size = as_size("size", size) if size is not None else None
         self.affine_only = self.perspective == 0.0
 
+    _PARAMS = (
+        "degrees", "scale", "shear_x", "shear_y",
+        "perspective_x", "perspective_y", "translate_x", "translate_y",
+    )
+
     def sample_geometry(self, state: GeometryState) -> Params:
-        b, dev, g = (state.batch_size,), state.device, self.generator
-        return {
-            "degrees": rnd.uniform(g, b, -self.degrees, self.degrees, dev),
-            "scale": rnd.uniform(g, b, 1 - self.scale, 1 + self.scale, dev),
-            "shear_x": rnd.uniform(g, b, -self.shear, self.shear, dev),
-            "shear_y": rnd.uniform(g, b, -self.shear, self.shear, dev),
-            "perspective_x": rnd.uniform(g, b, -self.perspective, self.perspective, dev),
-            "perspective_y": rnd.uniform(g, b, -self.perspective, self.perspective, dev),
-            "translate_x": rnd.uniform(g, b, 0.5 - self.translate, 0.5 + self.translate, dev),
-            "translate_y": rnd.uniform(g, b, 0.5 - self.translate, 0.5 + self.translate, dev),
-        }
+        bounds = [
+            (-self.degrees, self.degrees),
+            (1 - self.scale, 1 + self.scale),
+            (-self.shear, self.shear),
+            (-self.shear, self.shear),
+            (-self.perspective, self.perspective),
+            (-self.perspective, self.perspective),
+            (0.5 - self.translate, 0.5 + self.translate),
+            (0.5 - self.translate, 0.5 + self.translate),
+        ]
+        draws = rnd.uniform_rows(self.generator, bounds, state.batch_size, state.device)
+        return dict(zip(self._PARAMS, draws, strict=True))
 
     def plan(self, state: GeometryState, params: Params) -> Plan:
         in_h, in_w = state.image_size
         out_h, out_w = self.size or state.image_size
-        deg = params["degrees"]
+        deg, scale = params["degrees"], params["scale"]
+        shear_x, shear_y = params["shear_x"], params["shear_y"]
+        px, py = params["perspective_x"], params["perspective_y"]
         c = mx.translation(torch.full_like(deg, -in_w / 2), torch.full_like(deg, -in_h / 2))
-        p = mx.perspective(params["perspective_x"], params["perspective_y"])
-        r = mx.rotation_scale(deg, params["scale"])
-        s = mx.shearing(params["shear_x"], params["shear_y"])
-        t = mx.translation(params["translate_x"] * out_w, params["translate_y"] * out_h)
-        return Plan(t @ s @ r @ p @ c, (out_h, out_w), params["scale"] ** 2)
+        tx, ty = params["translate_x"] * out_w, params["translate_y"] * out_h
+        if mx.all_zero_on_host(deg, shear_x, shear_y, px, py):
+            # No rotation, shear or perspective (Ultralytics' defaults): S and P are identities
+            # and R a scaling, so every entry of T @ S @ R @ P is one term times 1 plus exact
+            # zeros: the product is exactly this matrix, built without the three products.
+            tsrp = mx.affine(scale, 0.0, tx, 0.0, scale, ty, like=scale)
+        else:
+            t = mx.translation(tx, ty)
+            s = mx.shearing(shear_x, shear_y)
+            r = mx.rotation_scale(deg, scale)
+            p = mx.perspective(px, py)
+            tsrp = torch.bmm(torch.bmm(torch.bmm(t, s), r), p)
+        return Plan(torch.bmm(tsrp, c), (out_h, out_w), scale**2)
 
 
 FLIP_ABOUT = ("valid", "canvas")
@@ -220,15 +236,17 @@ class RandomFlip(GeometricTransform):
     def sample_geometry(self, state: GeometryState) -> Params:
         return {"flip": rnd.bernoulli(self.generator, (state.batch_size,), self.p, state.device)}
 
-    def _extent(self, state: GeometryState) -> tuple[torch.Tensor, torch.Tensor]:
-        return _full_hw(state) if self.about == "canvas" else state.content_hw()
-
     def plan(self, state: GeometryState, params: Params) -> Plan:
-        h, w = self._extent(state)
-        if self.vertical:
-            matrix = mx.vertical_flip(params["flip"], h.to(torch.float32))
+        h: torch.Tensor | float
+        w: torch.Tensor | float
+        if self.about == "canvas":  # the same for every sample: numbers, not tensors
+            h, w = (float(v) for v in state.image_size)
         else:
-            matrix = mx.horizontal_flip(params["flip"], w.to(torch.float32))
+            h, w = state.content_hw()
+        if self.vertical:
+            matrix = mx.vertical_flip(params["flip"], h)
+        else:
+            matrix = mx.horizontal_flip(params["flip"], w)
         return Plan(matrix, state.image_size, torch.ones(state.batch_size, device=state.device))
 
     def apply(self, batch: Batch, params: Params) -> Batch:
@@ -256,12 +274,6 @@ class RandomFlip(GeometricTransform):
             grown[:, axis] = full[axis]
             sizes = torch.where(flip.to(sizes.device)[:, None], grown, sizes)
         return out.replace(images=images, sizes=sizes)
-
-
-def _full_hw(state: GeometryState) -> tuple[torch.Tensor, torch.Tensor]:
-    full = torch.tensor(state.image_size, dtype=torch.float64, device=state.device)
-    full = full.expand(state.batch_size, 2)
-    return full[:, 0], full[:, 1]
 
 
 def _box_iou_with_crops(boxes: torch.Tensor, crops: torch.Tensor) -> torch.Tensor:

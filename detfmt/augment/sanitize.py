@@ -8,7 +8,7 @@ False to True, and dropped slots are reset to padding (boxes 0, class -1).
 from __future__ import annotations
 
 import dataclasses
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -38,6 +38,27 @@ class BoxChange:
     area_scale: torch.Tensor
     image_size: tuple[int, int]
 
+    # Widths and heights, (B, M, 2), computed once for all the rules that read them (a memo in
+    # the instance, not functools.cached_property: its lock does not trace under torch.compile).
+    @property
+    def before_wh(self) -> torch.Tensor:
+        return self._memo_wh("_before_wh", self.before)
+
+    @property
+    def after_wh(self) -> torch.Tensor:
+        return self._memo_wh("_after_wh", self.after)
+
+    @property
+    def clipped_wh(self) -> torch.Tensor:
+        return self._memo_wh("_clipped_wh", self.clipped)
+
+    def _memo_wh(self, key: str, boxes: torch.Tensor) -> torch.Tensor:
+        value = self.__dict__.get(key)
+        if value is None:
+            value = _extent_wh(boxes)
+            object.__setattr__(self, key, value)  # frozen: the fields stay as they are
+        return value
+
 
 class BoxRule(Protocol):
     """A keep rule: (B, M) bool from a `BoxChange`."""
@@ -47,6 +68,11 @@ class BoxRule(Protocol):
 
 def _wh(boxes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return boxes[..., 2] - boxes[..., 0], boxes[..., 3] - boxes[..., 1]
+
+
+def _extent_wh(boxes: torch.Tensor) -> torch.Tensor:
+    """(..., 2) widths and heights of xyxy boxes: `_wh`'s numbers in one subtraction."""
+    return boxes[..., 2:] - boxes[..., :2]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,16 +89,14 @@ class UltralyticsCandidates:
     eps: float = 1e-16
 
     def __call__(self, change: BoxChange) -> torch.Tensor:
-        w1, h1 = _wh(change.before)
-        w2, h2 = _wh(change.clipped)
-        area1 = w1 * h1 * change.area_scale[:, None]
-        ar = torch.maximum(w2 / (h2 + self.eps), h2 / (w2 + self.eps))
-        return (
-            (w2 > self.wh_thr)
-            & (h2 > self.wh_thr)
-            & (w2 * h2 / (area1 + self.eps) > self.area_thr)
-            & (ar < self.ar_thr)
-        )
+        # On (w, h) pairs: w2 > thr and h2 > thr, and max(w2 / (h2 + eps), h2 / (w2 + eps)) <
+        # ar_thr as both ratios below it (a NaN fails either way). A product of two numbers is
+        # the same in either order, so prod(-1) is w * h.
+        wh1, wh2 = change.before_wh, change.clipped_wh
+        area1 = wh1.prod(-1) * change.area_scale[:, None]
+        ratios = wh2 / (wh2.flip(-1) + self.eps)
+        sides = ((wh2 > self.wh_thr) & (ratios < self.ar_thr)).all(-1)
+        return sides & (wh2.prod(-1) / (area1 + self.eps) > self.area_thr)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,13 +166,20 @@ class AllOf:
 def drop_boxes(batch: Batch, keep: torch.Tensor, boxes: torch.Tensor) -> Batch:
     """Write ``boxes`` where ``keep & mask``, padding elsewhere (boxes 0, class -1, per-box
     extras 0); slots keep their places, so per-box extras stay with their boxes."""
+    return batch.replace(**kept_box_fields(batch, keep, boxes))
+
+
+def kept_box_fields(batch: Batch, keep: torch.Tensor, boxes: torch.Tensor) -> dict[str, Any]:
+    """`drop_boxes`' new fields, for a caller that replaces more fields in the same copy."""
     keep = keep & batch.mask
-    return batch.replace(
-        boxes=torch.where(keep[..., None], boxes, torch.zeros_like(boxes)).to(batch.boxes.dtype),
-        classes=torch.where(keep, batch.classes, torch.full_like(batch.classes, -1)),
-        mask=keep,
-        extras={**batch.extras, **where_kept(batch.per_box(), keep)},
-    )
+    return {
+        "boxes": torch.where(keep[..., None], boxes, torch.zeros_like(boxes)).to(
+            batch.boxes.dtype
+        ),
+        "classes": torch.where(keep, batch.classes, torch.full_like(batch.classes, -1)),
+        "mask": keep,
+        "extras": {**batch.extras, **where_kept(batch.per_box(), keep)},
+    }
 
 
 def keeps_moved_box(
@@ -167,17 +198,32 @@ def keeps_moved_box(
     Modules may drop more with their own box filters (e.g. Ultralytics' ``box_candidates``
     drops boxes 2 px wide or less), never fewer.
     """
+    return _keeps_moved(after, _extent_wh(after), _extent_wh(clipped), image_size)
+
+
+def keeps_moved(change: BoxChange) -> torch.Tensor:
+    """`keeps_moved_box` of ``change`` (sharing its widths and heights with the box rules)."""
+    return _keeps_moved(change.after, change.after_wh, change.clipped_wh, change.image_size)
+
+
+def _keeps_moved(
+    after: torch.Tensor,
+    after_wh: torch.Tensor,
+    clipped_wh: torch.Tensor,
+    image_size: tuple[int, int],
+) -> torch.Tensor:
+    """`keeps_moved_box` on (w, h) pairs, in fewer ops: both sides positive is the smaller one
+    positive; a zero-area box (w == 0 and h >= 0, or h == 0 and w >= 0) is one whose smaller
+    side is 0; a NaN fails every test either way (amin/amax propagate it)."""
     height, width = image_size
-    w, h = _wh(after)
-    wc, hc = _wh(clipped)
-    visible = (wc > 0) & (hc > 0)
-    degenerate = ((w == 0) & (h >= 0)) | ((h == 0) & (w >= 0))
-    touches = (
-        (after[..., 0] <= width)
-        & (after[..., 2] >= 0)
-        & (after[..., 1] <= height)
-        & (after[..., 3] >= 0)
-    )
+    visible = clipped_wh.amin(-1) > 0
+    degenerate = after_wh.amin(-1) == 0
+    near = after[..., :2]
+    if height == width:
+        near_inside = near.amax(-1) <= width
+    else:
+        near_inside = (near[..., 0] <= width) & (near[..., 1] <= height)
+    touches = near_inside & (after[..., 2:].amin(-1) >= 0)
     return visible | (degenerate & touches)
 
 

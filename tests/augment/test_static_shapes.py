@@ -17,6 +17,10 @@ def _modules(g: torch.Generator) -> list[tuple[str, object]]:
             "affine+flip",
             [A.RandomAffine(degrees=10, shear=3, generator=g), A.RandomFlip(generator=g)],
         ),
+        (  # Ultralytics' defaults: eager CPU takes the host shortcuts, the trace does not
+            "affine+flip defaults",
+            [A.RandomAffine(generator=g), A.RandomFlip(about="canvas", generator=g)],
+        ),
         ("letterbox+crop", [A.Letterbox(40), A.RandomIoUCrop(generator=g)]),
         ("hsv", A.RandomHSV(generator=g)),
         ("mosaic", A.Mosaic(p=0.5, generator=g)),
@@ -26,7 +30,7 @@ def _modules(g: torch.Generator) -> list[tuple[str, object]]:
 
 
 @pytest.mark.usefixtures("torch_backend")
-@pytest.mark.parametrize("index", range(6))
+@pytest.mark.parametrize("index", range(7))
 def test_apply_traces_without_graph_breaks(index):
     g = torch.Generator().manual_seed(71)
     batch = make_batch(3, 32, 32, 4, seed=72)
