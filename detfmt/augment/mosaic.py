@@ -31,6 +31,7 @@ from detfmt.augment.geometric import Letterbox
 from detfmt.augment.sanitize import keeps_moved_box
 from detfmt.errors import UsageError
 from detfmt.torch.batch import Batch
+from detfmt.torch.threads import batches_are_stable
 
 if TYPE_CHECKING:
     import numpy as np
@@ -51,6 +52,11 @@ class _RingBuffer(nn.Module):
     Pixels beyond a held sample's valid region are undefined (an eager CPU push copies only the
     valid rows, so a reused slot keeps an older sample's pixels there): Mosaic never reads them.
 
+    A push ``by_reference`` (eager CPU, batches the caller will not write again: the loader's,
+    `detfmt.torch.threads.stable_batches`) keeps a view of each sample's pixels in `views`
+    instead of copying them; the loader then leaves those buffers alone until they are evicted.
+    A copying push, or a path that needs the pixels in `images` (`materialize`), replaces them.
+
     What Mosaic reads from it depends only on the samples held, in push order: partners are
     numbered oldest first (`physical` maps that to ring slots), and the box slots it reads are
     those the held samples' batches had (`slots_in_use`), not the most any evicted batch had.
@@ -64,6 +70,8 @@ class _RingBuffer(nn.Module):
         self.filled = 0
         self.cursor = 0
         self.held_slots = [0] * capacity  # box slots of the batch each ring slot came with
+        # (H, W, C) numpy views of pushed samples held by reference, else None (in `images`).
+        self.views: list[np.ndarray | None] = [None] * capacity
         self.images: torch.Tensor | None = None
         self.boxes: torch.Tensor | None = None
         self.classes: torch.Tensor | None = None
@@ -114,11 +122,14 @@ class _RingBuffer(nn.Module):
         if self.images is None or tuple(self.images.shape[-2:]) != (height, width):
             # Only when the canvas grows: box slots grow far more often (a batch with more
             # boxes), and the images are the large part.
-            new_images = torch.zeros(
+            # Empty, not zeros: nothing reads a held sample beyond its valid region, and pages
+            # a buffer holding views of the loader's batches never writes are never touched.
+            new_images = torch.empty(
                 (n, images.shape[1], height, width),
                 dtype=images.dtype,
                 device=images.device,
-            ).contiguous(memory_format=layout)
+                memory_format=layout,
+            )
             if self.images is not None:
                 old_h, old_w = self.images.shape[-2:]
                 new_images[:, :, :old_h, :old_w].copy_(self.images)
@@ -144,8 +155,9 @@ class _RingBuffer(nn.Module):
         self.per_box = new_per_box
         self.mask, self.sizes = new_mask, new_sizes
 
-    def push(self, batch: Batch, sizes: torch.Tensor) -> None:
-        """Hold the batch's samples (``sizes``: their valid (h, w) regions, int64)."""
+    def push(self, batch: Batch, sizes: torch.Tensor, by_reference: bool = False) -> None:
+        """Hold the batch's samples (``sizes``: their valid (h, w) regions, int64); their pixels
+        as views of the batch with ``by_reference`` (see the class)."""
         height, width = batch.images.shape[-2:]
         slots = batch.boxes.shape[1]
         if self.images is None:
@@ -175,6 +187,7 @@ class _RingBuffer(nn.Module):
         runs = [(lo, hi, src) for lo, hi, src in
                 ((start, start + first, skip), (0, count - first, skip + first)) if hi > lo]
         rows = _held_rows(self.images, batch.images, sizes, height)
+        views = rows[1] if by_reference and rows is not None else None
         for lo, hi, src in runs:
             taken = slice(src, src + hi - lo)
             self.sizes[lo:hi].copy_(sizes[taken])
@@ -187,9 +200,13 @@ class _RingBuffer(nn.Module):
                 self.mask[lo:hi, slots:].fill_(False)
                 for value in self.per_box.values():
                     value[lo:hi, slots:].fill_(0)
-            if rows is None:
+            if views is not None:
+                self.views[lo:hi] = list(views[taken])
+            elif rows is None:
+                self.views[lo:hi] = [None] * (hi - lo)
                 self.images[lo:hi, :, :height, :width].copy_(batch.images[taken])
             else:
+                self.views[lo:hi] = [None] * (hi - lo)
                 held, stored, heights = rows
                 for k in range(hi - lo):
                     h = heights[src + k]
@@ -203,6 +220,18 @@ class _RingBuffer(nn.Module):
         self.filled = 0
         self.cursor = 0
         self.held_slots = [0] * self.capacity
+        self.views = [None] * self.capacity
+
+    def materialize(self) -> None:
+        """Copy the samples held by reference into `images` (for the paths that read it)."""
+        if self.images is None or not any(v is not None for v in self.views):
+            return
+        held = self.images.permute(0, 2, 3, 1).numpy()
+        for slot, view in enumerate(self.views):
+            if view is not None:
+                h, w = view.shape[:2]
+                held[slot, :h, :w] = view
+        self.views = [None] * self.capacity
 
     @overload
     def physical(self, held: int) -> int: ...
@@ -453,6 +482,7 @@ class Mosaic(Augmentation):
         only the tiles' images are copied, not the whole buffer)."""
         buf = self.buffer
         assert buf is not None and buf.images is not None
+        buf.materialize()
         mine = batch.images.permute(0, 2, 3, 1)
         held = buf.images[: buf.filled].permute(0, 2, 3, 1)
         tile_h = max(mine.shape[1], held.shape[1])
@@ -463,6 +493,11 @@ class Mosaic(Augmentation):
         remote = buf.physical((tiles - len(batch)).clamp(min=0))
         shape = (*tiles.shape, 1, 1, 1)
         return torch.where(in_batch.view(shape), mine[local], held[remote].to(mine.dtype))
+
+    def _hold_views(self, batch: Batch) -> bool:
+        """Whether the buffer may hold views of this batch's pixels: the copy-free path reads
+        them (`_rectangles`) and the caller promised not to write the batch again."""
+        return self._by_slices(batch) and batches_are_stable()
 
     def _by_slices(self, batch: Batch) -> bool:
         """Eager CPU copies rectangles (exact, cheap); elsewhere one static-shape gather."""
@@ -483,7 +518,7 @@ class Mosaic(Augmentation):
         make = self._canvas_by_slices if by_slices else self._canvas
         canvas = make(batch, placement)
         if self.buffer is not None:
-            self.buffer.push(batch, placement.stored)
+            self.buffer.push(batch, placement.stored, self._hold_views(batch))
         return out.replace(images=canvas)
 
     def _resized_canvas(self, batch: Batch, params: Params) -> Batch:
@@ -542,7 +577,7 @@ class Mosaic(Augmentation):
 
         def finish() -> None:
             if self.buffer is not None:
-                self.buffer.push(batch, placement.stored)
+                self.buffer.push(batch, placement.stored, self._hold_views(batch))
 
         return out.replace(images=placeholder), source, finish
 
@@ -688,10 +723,12 @@ class Mosaic(Augmentation):
         buf = self.buffer
         held_hwc: np.ndarray | None = None
         held_sizes: list[list[int]] = []
+        views: list[np.ndarray | None] = []
         shift, capacity = 0, 1
         if buf is not None and buf.filled > 0:
             assert buf.images is not None and buf.sizes is not None
             held_hwc = buf.images.permute(0, 2, 3, 1).numpy()
+            views = buf.views
             held_sizes = buf.sizes.tolist() if resized else []
             # Held sample k (tile index bsz + k, oldest first) is in ring slot (k + shift) % cap.
             shift, capacity = buf.cursor - buf.filled, buf.capacity
@@ -721,7 +758,8 @@ class Mosaic(Augmentation):
                 else:
                     assert held_hwc is not None
                     slot = (index - bsz + shift) % capacity
-                    array = held_hwc[slot]
+                    view = views[slot]
+                    array = held_hwc[slot] if view is None else view
                     region = held_sizes[slot] if resized else None
                 if region is None:
                     mine.append(Tile(array, x0, y0, x1, y1, left, top))

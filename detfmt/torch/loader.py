@@ -58,7 +58,7 @@ from detfmt.torch._history import (
 from detfmt.torch._ring import BufferRing, Slot
 from detfmt.torch._stage import TransformStage, augment_seed, find_generators
 from detfmt.torch.batch import Batch
-from detfmt.torch.threads import configure_thread
+from detfmt.torch.threads import configure_thread, stable_batches
 
 __all__ = ["Loader", "default_rank_world", "open_dataset"]
 
@@ -486,7 +486,7 @@ class Loader:
             if self.device is not None:
                 batch = batch.to(self.device)
             self._reseed(epoch, position)
-            out = self._transform(batch) if self._transform is not None else batch
+            out = self._run_transform(batch)
             del batch
             # A transform may have written into the buffer in place (also through numpy views,
             # which torch's version counter does not see): the next gather clears all padding.
@@ -500,6 +500,14 @@ class Loader:
             if not released:
                 slot.layout = None
                 self.ring.release(slot)
+
+    def _run_transform(self, batch: Batch) -> Batch:
+        """The transform of a batch the loader made: its buffer is reused only once nothing
+        references it, so the transform may hold views of it (`stable_batches`)."""
+        if self._transform is None:
+            return batch
+        with stable_batches():
+            return self._transform(batch)
 
     def _process_cuda(self, batch: Batch, slot: Slot, epoch: int, position: int,
                       convert: bool) -> Any:
@@ -515,7 +523,7 @@ class Loader:
                 slot.event = copied  # the slot is reused only once this copy has completed
             del batch
             self._reseed(epoch, position)
-            out = self._transform(moved) if self._transform is not None else moved
+            out = self._run_transform(moved)
             del moved
             if convert and self.convert is not None:
                 out = self.convert(out)

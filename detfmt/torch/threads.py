@@ -9,11 +9,13 @@ the loader starts calls `configure_thread` once; every other thread keeps its ow
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Iterator
 
 import torch
 
-__all__ = ["configure_thread", "thread_budget"]
+__all__ = ["batches_are_stable", "configure_thread", "stable_batches", "thread_budget"]
 
 _local = threading.local()
 
@@ -32,3 +34,22 @@ def thread_budget() -> int | None:
     """The budget `configure_thread` gave this thread, or None (a thread detfmt did not start:
     callers use torch's count of this thread)."""
     return getattr(_local, "budget", None)
+
+
+@contextlib.contextmanager
+def stable_batches() -> Iterator[None]:
+    """Promise, for this thread, that a batch handed to a transform inside is not written again
+    while the transform holds a view of it, so the transform may keep views instead of copies
+    (`Mosaic`'s ring buffer). The loader makes it: it reuses a batch buffer only once nothing
+    references it, and writes nothing else into one."""
+    previous = getattr(_local, "stable", False)
+    _local.stable = True
+    try:
+        yield
+    finally:
+        _local.stable = previous
+
+
+def batches_are_stable() -> bool:
+    """Whether this thread runs inside `stable_batches`."""
+    return bool(getattr(_local, "stable", False))

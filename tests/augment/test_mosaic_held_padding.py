@@ -91,3 +91,61 @@ def test_ring_buffer_holds_each_valid_region(layout):
         slot = int(buf.physical(k))
         assert buf.sizes[slot].tolist() == [h, w]
         assert torch.equal(buf.images[slot, :, :h, :w], image[:, :h, :w])
+
+
+def _run(kind: str, stable: bool, switch_to_gather_at: int | None = None) -> list:
+    """The pipeline over the batches (their own copies), inside `stable_batches` or not."""
+    from detfmt.torch.threads import stable_batches
+
+    pipeline, mosaic = _pipeline(kind)
+    outs = []
+    for k, batch in enumerate(_batches(garbage=True)):
+        if k == switch_to_gather_at:
+            mosaic._force_gather = True  # the next call reads the held pixels from the buffer
+        batch = batch.replace(images=batch.images.clone())
+        if stable:
+            with stable_batches():
+                outs.append(pipeline(batch))
+        else:
+            outs.append(pipeline(batch))
+    assert mosaic.buffer is not None
+    held_views = sum(v is not None for v in mosaic.buffer.views)
+    return outs, held_views
+
+
+def _assert_same(a: list, b: list) -> None:
+    for x, y in zip(a, b, strict=True):
+        assert torch.equal(x.images, y.images) and torch.equal(x.boxes, y.boxes)
+        assert torch.equal(x.mask, y.mask) and torch.equal(x.sizes, y.sizes)
+
+
+@pytest.mark.parametrize("kind", ["slices", "resized"])
+def test_held_views_of_stable_batches_give_the_copies_mosaics(kind):
+    """Batches a caller will not write again (the loader's, `stable_batches`): the buffer holds
+    views of their pixels instead of copies, with the same mosaics; a later path that reads the
+    buffer's own storage (the static-shape gather) copies them in first."""
+    if not _backend.cv2_available():
+        pytest.skip("needs OpenCV")
+    copies, none_held = _run(kind, stable=False)
+    views, held = _run(kind, stable=True)
+    assert none_held == 0 and held == 7
+    _assert_same(copies, views)
+    copies, _ = _run(kind, stable=False, switch_to_gather_at=4)
+    views, held = _run(kind, stable=True, switch_to_gather_at=4)
+    assert held == 0  # copied in by the gather, and the last batch pushed as copies
+    _assert_same(copies, views)
+
+
+def test_a_batch_written_after_the_call_changes_no_later_mosaic():
+    """Outside `stable_batches` (a user's own batches, refilled in place as a DataLoader's
+    pinned buffers are), the buffer copies: writing a batch after the call changes nothing."""
+    if not _backend.cv2_available():
+        pytest.skip("needs OpenCV")
+    want, _ = _run("slices", stable=False)
+    pipeline, _ = _pipeline("slices")
+    got = []
+    for batch in _batches(garbage=True):
+        batch = batch.replace(images=batch.images.clone())
+        got.append(pipeline(batch))
+        batch.images.numpy()[:] = 7  # through numpy: torch's version counter does not see it
+    _assert_same(want, got)

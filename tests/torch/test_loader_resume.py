@@ -199,3 +199,25 @@ def test_each_rank_refills_from_its_own_share(ds, k):
     resumed = make_loader(seed=0)
     resumed.load_state_dict(state)
     assert_same(head + run(resumed, EPOCHS - k // 2), whole)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("pipeline", sorted(PIPELINES))
+def test_mosaic_holding_views_of_the_loaders_buffers_equals_one_holding_copies(
+        ds, pipeline, threads):
+    """In the loader, the ring buffer holds views of the loader's batch buffers (it reuses a
+    buffer only once nothing references it): the batches equal the same transform run outside
+    the loader on copies, where the buffer copies."""
+    inside = PIPELINES[pipeline]()
+    inside.generator.manual_seed(11)
+    got = run(Loader(ds, BATCH, seed=5, num_threads=threads, prefetch=3, transform=inside,
+                     transform_reseed=False), EPOCHS)
+    mosaic = inside.transforms[0]
+    assert any(view is not None for view in mosaic.buffer.views)
+    outside = PIPELINES[pipeline]()
+    outside.generator.manual_seed(11)
+    plain = Loader(ds, BATCH, seed=5, num_threads=threads)
+    want = [snapshot(outside(b.replace(images=b.images.clone())))
+            for _ in range(EPOCHS) for b in plain]
+    assert not any(view is not None for view in outside.transforms[0].buffer.views)
+    assert_same(got, want)
