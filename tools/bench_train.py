@@ -285,7 +285,8 @@ def report_speed(result: dict[str, Any]) -> str:
         "# Training benchmark: YOLOv8n fed by Ultralytics' pipeline and by detfmt",
         "",
         f"`python tools/bench_train.py --data {a['data']} --imgsz {a['imgsz']} --batch "
-        f"{a['batch']} --iters {a['iters']} --rounds {a['rounds']}` on this machine's CPU "
+        f"{a['batch']} --iters {a['iters']} --data-batches {a['data_batches']} --rounds "
+        f"{a['rounds']}` on this machine's CPU "
         f"(torch {torch.__version__}, {os.cpu_count()} cores, shared). Same YOLOv8n, "
         "`v8DetectionLoss`, SGD and initial weights for both; Ultralytics' default "
         "augmentation on both sides (mosaic, affine, flip, HSV). Min / median / max over "
@@ -357,7 +358,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--iters", type=int, default=3, help="training steps; 0: data only")
     parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--data-batches", type=int, default=16)
+    # 64 batches of 8 are ~3 s of detfmt's data work: shorter windows let this shared
+    # machine's noise swamp the ratio (16 gave rounds from 0.27 to 0.42)
+    parser.add_argument("--data-batches", type=int, default=64)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--name", default=None, help="output file stem (default: train, or "
