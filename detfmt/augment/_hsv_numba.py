@@ -159,15 +159,95 @@ def _fill_colour(fill, hue_shift, sat_gain, val_gain):  # pragma: no cover
     return _byte(r), _byte(g), _byte(b)
 
 
+@njit(inline="always")
+def _check(rects, height, width, params):  # pragma: no cover
+    """0: go on; 1: decline (a NaN parameter: no closed form); -1: a rectangle outside the
+    image or inverted (nothing may be written through it)."""
+    for k in range(3):
+        if np.isnan(params[k]):
+            return 1
+    for k in range(rects.shape[0]):
+        x0, y0, x1, y1 = rects[k, 0], rects[k, 1], rects[k, 2], rects[k, 3]
+        if not (0 <= x0 <= x1 <= width and 0 <= y0 <= y1 <= height):
+            return -1
+    return 0
+
+
+@njit(inline="always")
+def _row_spans(rects, height, width):  # pragma: no cover
+    """Per row, the columns [starts, ends) from the leftmost to the rightmost rectangle that
+    holds it ([0, 0) where none does)."""
+    starts = np.full(height, width, np.int64)
+    ends = np.zeros(height, np.int64)
+    for k in range(rects.shape[0]):
+        x0, y0, x1, y1 = rects[k, 0], rects[k, 1], rects[k, 2], rects[k, 3]
+        if x1 <= x0:
+            continue
+        for y in range(y0, y1):
+            starts[y] = min(starts[y], x0)
+            ends[y] = max(ends[y], x1)
+    for y in range(height):
+        if ends[y] <= starts[y]:
+            starts[y] = 0
+            ends[y] = 0
+    return starts, ends
+
+
+@njit(inline="always")
+def _gaps(rects, starts, ends):  # pragma: no cover
+    """(K, 3) int64 rows (y, lo, hi): the columns [lo, hi) of row y inside its span that no
+    rectangle holds (rectangles of one row side by side leave them rarely: `Mosaic`'s tiles
+    meet)."""
+    order = np.argsort(rects[:, 0])
+    count = 0
+    found = np.empty((0, 3), np.int64)
+    for step in range(2):  # count, then write
+        if step == 1:
+            found = np.empty((count, 3), np.int64)
+            count = 0
+        for y in range(starts.shape[0]):
+            if ends[y] <= starts[y]:
+                continue
+            cover = starts[y]
+            for k in order:
+                x0, y0, x1, y1 = rects[k, 0], rects[k, 1], rects[k, 2], rects[k, 3]
+                if y0 <= y < y1 and x1 > x0:
+                    if x0 > cover:
+                        if step == 1:
+                            found[count, 0] = y
+                            found[count, 1] = cover
+                            found[count, 2] = x0
+                        count += 1
+                    cover = max(cover, x1)
+    return found
+
+
+@njit(inline="always")
+def _fill_rgb(dst, lo, hi, fr, fg, fb):  # pragma: no cover
+    for p in range(lo, hi):
+        dst[3 * p] = fr
+        dst[3 * p + 1] = fg
+        dst[3 * p + 2] = fb
+
+
 @njit(nogil=True, cache=True, boundscheck=False, error_model="numpy")
-def recolour_planar(src, channels, width, starts, ends, fill, hue_shift, sat_gain, val_gain,
-                    red, green, blue):  # pragma: no cover
-    """``src``: flat uint8 RGB (``channels`` 3) or RGBA (4) pixels, rows of ``width``; writes
-    three flat planes: columns [starts[y], ends[y]) of row y recoloured from ``src``, the rest
-    of the row the recoloured grey ``fill`` (``src`` is not read there)."""
+def recolour_planar(src, channels, height, width, rects, fill, params, red, green,
+                    blue):  # pragma: no cover
+    """``src``: flat uint8 RGB (``channels`` 3) or RGBA (4) pixels, ``height`` rows of
+    ``width``; ``rects`` (N, 4) int64 x0, y0, x1, y1: the pixels that hold the image (they do
+    not overlap). Writes three flat planes: the pixels inside ``rects`` recoloured from ``src``
+    with ``params`` (hue shift, saturation gain, value gain: `_native.lut_parameters`), every
+    other pixel the recoloured grey ``fill`` (``src`` is not read there, but for the gaps
+    between rectangles of a row, which are overwritten). Returns `_check`'s code; nothing is
+    written unless it is 0."""
+    code = _check(rects, height, width, params)
+    if code != 0:
+        return code
+    hue_shift, sat_gain, val_gain = params[0], params[1], params[2]
+    starts, ends = _row_spans(rects, height, width)
     fr, fg, fb = _fill_colour(fill, hue_shift, sat_gain, val_gain)
     y = 0
-    while y < starts.shape[0]:
+    while y < height:
         row = y * width
         a, b, y = _next_run(starts, ends, width, y)
         if b > a:
@@ -178,16 +258,28 @@ def recolour_planar(src, channels, width, starts, ends, fill, hue_shift, sat_gai
                 red[lo:hi] = fr
                 green[lo:hi] = fg
                 blue[lo:hi] = fb
+    if rects.shape[0] > 1:
+        gaps = _gaps(rects, starts, ends)
+        for k in range(gaps.shape[0]):
+            lo = gaps[k, 0] * width + gaps[k, 1]
+            hi = gaps[k, 0] * width + gaps[k, 2]
+            red[lo:hi] = fr
+            green[lo:hi] = fg
+            blue[lo:hi] = fb
     return 0
 
 
 @njit(nogil=True, cache=True, boundscheck=False, error_model="numpy")
-def recolour_rgb(src, channels, width, starts, ends, fill, hue_shift, sat_gain, val_gain,
-                 dst):  # pragma: no cover
+def recolour_rgb(src, channels, height, width, rects, fill, params, dst):  # pragma: no cover
     """As `recolour_planar`, into flat RGB ``dst``."""
+    code = _check(rects, height, width, params)
+    if code != 0:
+        return code
+    hue_shift, sat_gain, val_gain = params[0], params[1], params[2]
+    starts, ends = _row_spans(rects, height, width)
     fr, fg, fb = _fill_colour(fill, hue_shift, sat_gain, val_gain)
     y = 0
-    while y < starts.shape[0]:
+    while y < height:
         row = y * width
         a, b, y = _next_run(starts, ends, width, y)
         if b > a:
@@ -195,8 +287,11 @@ def recolour_rgb(src, channels, width, starts, ends, fill, hue_shift, sat_gain, 
                      dst[3 * a:3 * b])
         if b - a < width:
             for lo, hi in ((row, a), (max(a, b), row + width)):
-                for p in range(lo, hi):
-                    dst[3 * p] = fr
-                    dst[3 * p + 1] = fg
-                    dst[3 * p + 2] = fb
+                _fill_rgb(dst, lo, hi, fr, fg, fb)
+    if rects.shape[0] > 1:
+        gaps = _gaps(rects, starts, ends)
+        for k in range(gaps.shape[0]):
+            row = gaps[k, 0] * width
+            _fill_rgb(dst, row + gaps[k, 1], row + gaps[k, 2], fr, fg, fb)
     return 0
+

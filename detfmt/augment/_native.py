@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import threading
 import warnings
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -43,13 +44,13 @@ def _load() -> tuple[Any, Any] | None:
         return None
     pixel = np.zeros(12, np.uint8)
     identity = np.array([0.0, 1.0, 1.0], np.float32)
+    rects = np.array([[0, 0, 3, 1]], np.int64)
     try:  # resolve both signatures now (the cache lookup happens on a call)
         for channels in (3, 4):
             source = pixel[: 3 * channels]
-            starts, ends = np.zeros(1, np.int64), np.full(1, 3, np.int64)
-            recolour_planar(source, channels, 3, starts, ends, 0, *identity,
+            recolour_planar(source, channels, 1, 3, rects, 0, identity,
                             *np.zeros((3, 3), np.uint8))
-            recolour_rgb(source, channels, 3, starts, ends, 0, *identity, np.zeros(9, np.uint8))
+            recolour_rgb(source, channels, 1, 3, rects, 0, identity, np.zeros(9, np.uint8))
     except Exception as error:  # a numba that cannot compile it: OpenCV still gives the bytes
         warnings.warn(f"detfmt: the native HSV kernel did not compile ({error!r}); RandomHSV "
                       "runs through OpenCV", RuntimeWarning, stacklevel=3)
@@ -98,20 +99,22 @@ def recolour(
     image: np.ndarray,
     parameters: np.ndarray | None,
     dst: np.ndarray | list[np.ndarray],
-    spans: tuple[np.ndarray, np.ndarray] | None = None,
+    content: Sequence[tuple[int, int, int, int]] | None = None,
     fill: int = 0,
 ) -> bool:
     """Ultralytics' HSV jitter of one (H, W, 3 or 4) uint8 RGB(A) ``image`` with one row of
     `lut_parameters`, written as RGB into ``dst`` (an (H, W, 3) array or three (H, W) planes).
 
-    ``spans`` (starts, ends: (H,) int): only columns [starts[y], ends[y]) of each row y are read
-    from ``image``; the rest of ``dst`` gets what the grey level ``fill`` recolours to (the
-    kernel's own result for that colour, as if ``image`` held it there).
+    ``content``: the disjoint rectangles (x0, y0, x1, y1) of ``image`` that hold the image;
+    only they are read, and every other pixel of ``dst`` gets what the grey level ``fill``
+    recolours to (the kernel's own result for that colour, as if ``image`` held it there).
+    None: the whole image.
 
     False, with nothing written, where the kernel is not loaded, the parameters are missing or
-    NaN, or a layout is not contiguous (the caller then runs OpenCV).
+    NaN, or a layout is not contiguous (the caller then runs OpenCV). A rectangle outside the
+    image is a ValueError, raised before anything is written.
     """
-    if parameters is None or np.isnan(parameters).any():
+    if parameters is None:
         return False
     kernels = recolour_kernels()
     if kernels is None:
@@ -121,18 +124,15 @@ def recolour(
     if source is None or any(t is None for t in targets):
         return False
     height, width, channels = image.shape
-    if spans is None:
-        starts, ends = np.zeros(height, np.int64), np.full(height, width, np.int64)
+    if content is None:
+        rects = np.array([[0, 0, width, height]], np.int64)
     else:
-        starts, ends = (np.ascontiguousarray(v, dtype=np.int64) for v in spans)
-        if starts.shape != (height,) or ends.shape != (height,) or not (
-            (starts >= 0).all() and (starts <= ends).all() and (ends <= width).all()
-        ):
-            raise ValueError(f"spans must be (H,) = ({height},) columns within 0..{width}, "
-                             "start <= end")
-    hue_shift, sat_gain, val_gain = (np.float32(p) for p in parameters)
+        rects = np.array(content, np.int64).reshape(-1, 4)
+    params = np.ascontiguousarray(parameters, np.float32).reshape(3)
     planar, rgb = kernels
     kernel = planar if len(targets) == 3 else rgb
-    kernel(source, channels, width, starts, ends, int(fill), hue_shift, sat_gain, val_gain,
-           *targets)
-    return True
+    code = kernel(source, channels, height, width, rects, int(fill), params, *targets)
+    if code < 0:
+        raise ValueError(f"content rectangles must lie within the {width}x{height} image "
+                         f"with x0 <= x1 and y0 <= y1, got {rects.tolist()}")
+    return code == 0

@@ -762,14 +762,12 @@ def _hsv_into(
     written; every other pixel is ``fill`` (and is not read: it gets the fill's recoloured
     value, the kernel's own result for that colour).
     """
+    if recolour(image, parameters, dst, content, round(fill)):
+        return
     if content is not None:
-        if _recolour_content(image, parameters, dst, content, fill):
-            return
         height, width = image.shape[:2]
         for x0, y0, x1, y1 in _uncovered((0, 0, width, height), content):
             _fill(image[y0:y1, x0:x1], fill)
-    elif recolour(image, parameters, dst):
-        return
     cv2 = _cv2()
     height, width = image.shape[:2]
     hsv = _scratch("hsv", (height, width, 3))
@@ -786,32 +784,6 @@ def _hsv_into(
         cv2.split(rgb, dst)
     else:
         cv2.cvtColor(hsv, cv2.COLOR_HSV2RGB, dst=dst)
-
-
-def _recolour_content(
-    image: np.ndarray,
-    parameters: np.ndarray,
-    dst: np.ndarray | list[np.ndarray],
-    content: list[tuple[int, int, int, int]],
-    fill: float,
-) -> bool:
-    """`_hsv_into` by the native kernel over the span of each row that ``content`` holds, the
-    recoloured fill elsewhere; False where the kernel declines (the caller then recolours every
-    pixel of ``dst``). Pixels between two rectangles of one row (rare: `Mosaic`'s tiles meet)
-    are filled in ``image`` first, as the kernel reads them."""
-    height, width = image.shape[:2]
-    starts = np.full(height, width, dtype=np.int64)
-    ends = np.zeros(height, dtype=np.int64)
-    for x0, y0, x1, y1 in content:
-        np.minimum(starts[y0:y1], x0, out=starts[y0:y1])
-        np.maximum(ends[y0:y1], x1, out=ends[y0:y1])
-    empty = ends <= starts
-    starts[empty] = 0
-    ends[empty] = 0
-    for x0, y0, x1, y1 in _uncovered((0, 0, width, height), content):
-        if starts[y0] < x0 and x1 < ends[y0]:  # inside its rows' span (a band shares one)
-            _fill(image[y0:y1, x0:x1], fill)
-    return recolour(image, parameters, dst, (starts, ends), round(fill))
 
 
 def hsv_opencv(images: torch.Tensor, gains: torch.Tensor) -> torch.Tensor:

@@ -165,33 +165,36 @@ def test_a_kernel_that_does_not_compile_falls_back_to_opencv(monkeypatch):
 
 
 @pytest.mark.parametrize("planar", [False, True])
-def test_spans_read_only_their_pixels(planar):
-    """With ``spans``, each row's span is the whole-image result and the rest of the row is
-    the recoloured fill (what the whole image gives where it holds the fill), whatever the
-    image holds there (whole rows, partial ones, empty ones and merged runs of whole rows)."""
+def test_content_reads_only_its_pixels(planar):
+    """With ``content``, the pixels inside the rectangles are the whole-image result and every
+    other pixel is the recoloured fill (what the whole image gives where it holds the fill),
+    whatever the image holds there: whole rows, partial ones, empty ones, merged runs of whole
+    rows, no rectangle at all, and rectangles side by side with gaps between them in a row."""
     rng = np.random.default_rng(5)
     fill = 114
     image = rng.integers(0, 256, (9, 37, 4), dtype=np.uint8)
     g = np.array([GAINS[0]])
     params = _native.lut_parameters(g, hsv_luts(g))[0]
-    for x0, y0, x1, y1 in [(0, 0, 37, 9), (0, 2, 37, 7), (3, 2, 30, 7), (5, 4, 5, 8),
-                           (36, 8, 37, 9)]:
+    for content in [[(0, 0, 37, 9)], [(0, 2, 37, 7)], [(3, 2, 30, 7)], [(5, 4, 5, 8)],
+                    [(36, 8, 37, 9)], [], [(0, 0, 10, 4), (12, 0, 20, 6), (25, 2, 37, 9)],
+                    [(30, 1, 37, 3), (0, 1, 5, 3), (6, 1, 29, 3), (0, 5, 37, 9)]]:
         inside = np.zeros((9, 37), bool)
-        inside[y0:y1, x0:x1] = True
+        for x0, y0, x1, y1 in content:
+            inside[y0:y1, x0:x1] = True
         filled = np.where(inside[..., None], image, fill).astype(np.uint8)
         want = np.empty((9, 37, 3), np.uint8)
         assert _native.recolour(filled, params, want)
         out = np.full((9, 37, 3), 17, np.uint8)
         planes = [np.full((9, 37), 17, np.uint8) for _ in range(3)]
-        starts, ends = np.zeros(9, int), np.zeros(9, int)
-        starts[y0:y1], ends[y0:y1] = x0, x1
-        assert _native.recolour(image, params, planes if planar else out, (starts, ends), fill)
+        assert _native.recolour(image, params, planes if planar else out, content, fill)
         got = np.stack(planes, axis=-1) if planar else out
-        assert np.array_equal(got, want)
-    for starts, ends in [(np.zeros(9), np.full(9, 38)), (np.full(9, 3), np.full(9, 2)),
-                         (np.zeros(8), np.zeros(8))]:
-        with pytest.raises(ValueError, match="spans"):
-            _native.recolour(image, params, out, (starts, ends))
+        assert np.array_equal(got, want), content
+    for content in [[(0, 0, 38, 9)], [(3, 0, 2, 9)], [(0, -1, 5, 3)], [(0, 0, 5, 10)],
+                    [(0, 0, 5, 5), (4, 4, 2, 9)]]:
+        before = out.copy()
+        with pytest.raises(ValueError, match="content rectangles"):
+            _native.recolour(image, params, out, content)
+        assert np.array_equal(out, before)  # nothing written
 
 
 @pytest.mark.parametrize("native", [True, False])
