@@ -456,6 +456,16 @@ class Gather:
 
     # ------------------------------------------------------------------ labels
 
+    def stored_images(self, job: Job) -> list[np.ndarray] | None:
+        """The job's images where they are stored, in job order: read-only (h, w, 3) uint8
+        views of the mapping, no copy; None if a sample is not raw (it would be decoded into
+        a fresh array, where `fill` decodes into a reused buffer)."""
+        if not (job.codecs == spec.CODEC_RAW).all():
+            return None
+        readers = job.readers
+        return [readers[part].read_image(local)
+                for part, local in zip(job.part.tolist(), job.local.tolist(), strict=True)]
+
     def labels(self, job: Job, max_boxes: int | None = None
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, np.ndarray]]:
         """boxes (B, M, 4) float32, classes (B, M) int32, mask (B, M) bool and the per-box

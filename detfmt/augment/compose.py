@@ -56,6 +56,14 @@ class Compose(Augmentation):
                 if isinstance(t, Augmentation) and not t.has_own_generator:
                     t.generator = generator
 
+    @property
+    def takes_sample_views(self) -> bool:
+        """Whether a `Loader` may hand this pipeline the stored samples instead of a gathered
+        batch (`Batch.samples`): its first step takes them (`Mosaic`), and no later step sees
+        them (that step's output has new images)."""
+        return bool(self.transforms) and bool(
+            getattr(self.transforms[0], "takes_sample_views", False))
+
     def _groups(self) -> list[list[int]]:
         groups: list[list[int]] = []
         for i, t in enumerate(self.transforms):

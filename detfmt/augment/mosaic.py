@@ -117,6 +117,7 @@ class _RingBuffer(nn.Module):
         layout = (
             torch.channels_last
             if images.is_contiguous(memory_format=torch.channels_last)
+            or batch.samples is not None  # HWC samples, a placeholder in `images`
             else torch.contiguous_format
         )
         if self.images is None or tuple(self.images.shape[-2:]) != (height, width):
@@ -188,6 +189,8 @@ class _RingBuffer(nn.Module):
                 ((start, start + first, skip), (0, count - first, skip + first)) if hi > lo]
         rows = _held_rows(self.images, batch.images, sizes, height)
         views = rows[1] if by_reference and rows is not None else None
+        if batch.samples is not None:  # the stored samples themselves: never written again
+            views = list(batch.samples)
         for lo, hi, src in runs:
             taken = slice(src, src + hi - lo)
             self.sizes[lo:hi].copy_(sizes[taken])
@@ -508,9 +511,17 @@ class Mosaic(Augmentation):
             and not torch.compiler.is_compiling()
         )
 
+    @property
+    def takes_sample_views(self) -> bool:
+        """A `Loader` may hand this module the stored samples instead of a gathered batch
+        (`Batch.samples`): every path either reads tiles from them or materialises them."""
+        return True
+
     def apply(self, batch: Batch, params: Params) -> Batch:
         if self.resize is not None and self.can_defer(batch):
             return self._resized_canvas(batch, params)
+        if not self._by_slices(batch):  # the static-shape gather reads `images`
+            batch = batch.materialized()
         # Elsewhere resized tiles are built by a warp of the gathered tiles, then placed.
         by_slices = self._by_slices(batch) and self.resize is None
         with _backend.small_ops(batch.images):
@@ -564,7 +575,8 @@ class Mosaic(Augmentation):
         height, width = self._tile_hw(batch.images)
         out, placement = self._layout(batch, params, with_images=False)
         # OpenCV reads HWC rows; a planar batch would be copied per tile otherwise.
-        hwc, rects = self._rectangles(channels_last(batch.images), placement)
+        images = batch.images if batch.samples is not None else channels_last(batch.images)
+        hwc, rects = self._rectangles(images, placement, batch.samples)
         placeholder = batch.images.new_zeros((1, 1, 1, 1)).expand(
             len(batch), batch.images.shape[1], 2 * height, 2 * width
         )
@@ -699,13 +711,17 @@ class Mosaic(Augmentation):
         return images, moved, sizes_out, scale.view(bsz, quads, 2).to(torch.float64)
 
     def _rectangles(
-        self, images: torch.Tensor, placement: _Placement
+        self,
+        images: torch.Tensor,
+        placement: _Placement,
+        samples: tuple[np.ndarray, ...] | None = None,
     ) -> tuple[np.ndarray, list[list[Tile]]]:
         """Each canvas as rectangles of tiles (reads the parameters on the host).
 
         Returns the batch's ``images`` (B, C, H, W) as a (B, H, W, C) numpy view and, per
         sample, `Tile` s: canvas ``[y0:y1, x0:x1]`` comes from
-        ``array[y0 - top : y1 - top, x0 - left : x1 - left]``.
+        ``array[y0 - top : y1 - top, x0 - left : x1 - left]``. ``samples`` (`Batch.samples`):
+        the batch's tiles come from them instead of ``images``.
         """
         from detfmt.augment._opencv import Tile
 
@@ -753,7 +769,7 @@ class Mosaic(Augmentation):
                 if x1 <= x0 or y1 <= y0:
                     continue
                 if index < bsz:
-                    array = hwc[index]
+                    array = hwc[index] if samples is None else samples[index]
                     region = stored[index] if resized else None
                 else:
                     assert held_hwc is not None
@@ -774,7 +790,7 @@ class Mosaic(Augmentation):
     def _canvas_by_slices(self, batch: Batch, placement: _Placement) -> torch.Tensor:
         """The same canvas as `_canvas`, by rectangle copies."""
         height, width = image_hw(batch.images)
-        hwc, rects = self._rectangles(batch.images, placement)
+        hwc, rects = self._rectangles(batch.images, placement, batch.samples)
         fill = fill_for(batch.images, self.fill)
         canvas = empty_hwc((len(batch), 2 * height, 2 * width, hwc.shape[-1]), batch.images.dtype)
         canvas.fill_(fill)

@@ -11,6 +11,15 @@ name in ``box_fields``: each is a (B, M, ...) tensor in ``extras`` whose slot i 
 so every module that reorders, widens or drops box slots moves them with the boxes. The
 declaration, not the shape, says what is per-box: a per-image (B, 2) extra in a batch with 2
 box slots is not mistaken for one.
+
+Sample views: the `Loader` may hand a transform that reads pixels only through per-sample
+arrays (``takes_sample_views``, `Mosaic` and a `Compose` that starts with one) the samples as
+they are stored (``samples``: read-only views of a memory-mapped dataset, or decoded arrays)
+instead of copying them into a padded batch first; ``images`` is then a placeholder of the
+batch's shape that holds only the pad value. Replacing ``images`` drops ``samples`` (they
+describe the images they came with), and `materialized` (which `to` calls) writes them into
+real images, so a consumer that reads pixels from ``images`` is never handed the placeholder
+by a path that knows about ``samples``.
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import numpy as np
 import torch
 
 from detfmt.errors import UsageError
@@ -40,6 +50,8 @@ class Batch:
             Checked on construction: a per-box extra whose slots disagree with ``mask`` (a
             module that widened the boxes and not it) is a `UsageError`, never a silent
             misalignment.
+        samples: per-sample (h, w, C) uint8 HWC arrays of the valid regions, where ``images``
+            is a placeholder holding only the pad value (see the module docstring); else None.
     """
 
     images: torch.Tensor
@@ -50,9 +62,15 @@ class Batch:
     indices: torch.Tensor | None = None
     extras: dict[str, Any] = dataclasses.field(default_factory=dict)
     box_fields: tuple[str, ...] = ()
+    samples: tuple[np.ndarray, ...] | None = None
 
     def __post_init__(self) -> None:
         self.box_fields = tuple(self.box_fields)
+        if self.samples is not None:
+            self.samples = tuple(self.samples)
+            if len(self.samples) != len(self.images):
+                raise UsageError(f"samples holds {len(self.samples)} arrays for a batch of "
+                                 f"{len(self.images)} images: one per sample")
         if not self.box_fields:
             return
         slots = tuple(self.mask.shape)
@@ -75,11 +93,28 @@ class Batch:
         return int(self.images.shape[0])
 
     def replace(self, **changes: Any) -> Batch:
-        """Return a copy with some fields replaced (tensors are shared, not copied)."""
+        """Return a copy with some fields replaced (tensors are shared, not copied). New
+        ``images`` drop ``samples`` unless they are given too."""
+        if "images" in changes and "samples" not in changes:
+            changes["samples"] = None
         return dataclasses.replace(self, **changes)
 
+    def materialized(self) -> Batch:
+        """The batch with ``samples`` written into real channels_last images (the pad value
+        around each sample's valid region); itself when it has none."""
+        if self.samples is None:
+            return self
+        images = self.images.contiguous(memory_format=torch.channels_last)
+        hwc = images.permute(0, 2, 3, 1).numpy()
+        for slot, sample in zip(hwc, self.samples, strict=True):
+            height, width = sample.shape[:2]
+            slot[:height, :width] = sample
+        return self.replace(images=images)
+
     def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
-        """Move every tensor to ``device`` (non-blocking when the source is pinned)."""
+        """Move every tensor to ``device`` (non-blocking when the source is pinned); sample
+        views are written into the images first (`materialized`)."""
+        batch = self.materialized()
 
         def move(value: Any) -> Any:
             if isinstance(value, torch.Tensor):
@@ -87,12 +122,12 @@ class Batch:
             return value
 
         return Batch(
-            images=move(self.images),
-            boxes=move(self.boxes),
-            classes=move(self.classes),
-            mask=move(self.mask),
-            sizes=move(self.sizes),
-            indices=move(self.indices),
-            extras={key: move(value) for key, value in self.extras.items()},
-            box_fields=self.box_fields,
+            images=move(batch.images),
+            boxes=move(batch.boxes),
+            classes=move(batch.classes),
+            mask=move(batch.mask),
+            sizes=move(batch.sizes),
+            indices=move(batch.indices),
+            extras={key: move(value) for key, value in batch.extras.items()},
+            box_fields=batch.box_fields,
         )

@@ -26,7 +26,10 @@ and the buffer's padding is rewritten in full on its next use (an in-place write
 or through numpy/OpenCV views, may have touched it). The loader's threads use
 ``transform_threads`` torch threads and OpenCV-backend pool threads each, whatever the trainer's
 own ``torch.set_num_threads``. A transform that carries samples across batches (Mosaic's
-buffer) is refilled on resume from the batches before the resume point (`_history`).
+buffer) is refilled on resume from the batches before the resume point (`_history`). A CPU
+transform that reads pixels only through per-sample arrays (``takes_sample_views``: `Mosaic`,
+or a `Compose` that starts with one) gets raw memory-mapped samples where they are stored
+(`Batch.samples`, no gather copy and no buffer); the outputs are the same.
 """
 
 from __future__ import annotations
@@ -462,8 +465,9 @@ class Loader:
             return
         stage.offer(t, (batch, slot, epoch, position))
 
-    def _stage_release(self, item: tuple[Batch, Slot, int, int]) -> None:
-        self.ring.release(item[1])
+    def _stage_release(self, item: tuple[Batch, Slot | None, int, int]) -> None:
+        if item[1] is not None:
+            self.ring.release(item[1])
 
     def _reseed(self, epoch: int, position: int) -> None:
         """Seed the transform's generators for the batch whose first sample is at
@@ -473,7 +477,7 @@ class Loader:
         for k, generator in enumerate(self._generators):
             generator.manual_seed(augment_seed(self.seed, epoch, position, k))
 
-    def _stage_process(self, t: int, item: tuple[Batch, Slot, int, int],
+    def _stage_process(self, t: int, item: tuple[Batch, Slot | None, int, int],
                        convert: bool = True) -> tuple[Any, None]:
         """Batch ``t``: to the device (CUDA: on the loader's stream), re-seed, transform,
         convert. Returns (output, None): the buffer is released here, not at hand-out."""
@@ -488,18 +492,24 @@ class Loader:
             self._reseed(epoch, position)
             out = self._run_transform(batch)
             del batch
-            # A transform may have written into the buffer in place (also through numpy views,
-            # which torch's version counter does not see): the next gather clears all padding.
-            slot.layout = None
-            self.ring.release(slot)  # reused only once no tensor handed out references it
+            self._release_written(slot)
             released = True
             if convert and self.convert is not None:
                 out = self.convert(out)
             return out, None
         finally:
             if not released:
-                slot.layout = None
-                self.ring.release(slot)
+                self._release_written(slot)
+
+    def _release_written(self, slot: Slot | None) -> None:
+        """Give a transformed batch's buffer back (none: the batch was the stored samples).
+        A transform may have written into it in place (also through numpy views, which
+        torch's version counter does not see): the next gather clears all padding. Reused
+        only once no tensor handed out references it."""
+        if slot is None:
+            return
+        slot.layout = None
+        self.ring.release(slot)
 
     def _run_transform(self, batch: Batch) -> Batch:
         """The transform of a batch the loader made: its buffer is reused only once nothing
@@ -545,8 +555,9 @@ class Loader:
 
     # -- gathering -----------------------------------------------------------------------------
 
-    def _job(self, indices: np.ndarray, stop: threading.Event) -> tuple[Batch, Slot]:
-        """A gather thread: locate and check the batch, take a free buffer of its size, fill."""
+    def _job(self, indices: np.ndarray, stop: threading.Event) -> tuple[Batch, Slot | None]:
+        """A gather thread: locate and check the batch, take a free buffer of its size, fill
+        (or, for a transform that takes them, hand the stored samples: no buffer)."""
         if stop.is_set():
             raise cf.CancelledError
         job = self.engine.job(indices)
@@ -554,6 +565,10 @@ class Loader:
             self.engine.advise(job)  # near-sequential reads: let the kernel read ahead
         height, width = self.canvas or tuple(max(1, v) for v in job.padded_shape(
             self.engine.where))
+        if self._hands_samples():
+            stored = self.engine.stored_images(job)
+            if stored is not None:
+                return self._sample_batch(job, (height, width), stored), None
         need = len(indices) * height * width * 3
         if need > self.ring.capacity:  # new buffers at the largest size seen so far
             self.ring.capacity = need
@@ -564,10 +579,32 @@ class Loader:
             self.ring.release(slot)
             raise
 
+    def _hands_samples(self) -> bool:
+        """Whether the transform may get the stored samples instead of a gathered batch
+        (`Batch.samples`): it takes them (``takes_sample_views``), runs on the CPU in the
+        loader, and the loader reads memory-mapped data into CHW batches of their own size.
+        Raw samples are then read where they are mapped, never copied into a buffer first
+        (a job with other codecs is gathered as usual)."""
+        return (
+            getattr(self._transform, "takes_sample_views", False) is True
+            and self.device is None
+            and self._gpu is None
+            and self.io == "mmap"
+            and self.layout == "CHW"
+            and self.canvas is None
+        )
+
+    def _sample_batch(self, job: Job, hw: tuple[int, int], stored: list[np.ndarray]) -> Batch:
+        """The job's labels with its samples as stored (`Batch.samples`) and a placeholder
+        of the batch's images (the pad value; the transform reads the samples)."""
+        pad = self.pad_value if self.pad_value is not None else 0
+        placeholder = torch.full((1, 1, 1, 1), pad, dtype=torch.uint8).expand(
+            len(job), 3, *hw)
+        return self._labelled(job, placeholder, tuple(stored))
+
     def _fill(self, job: Job, slot: Slot, hw: tuple[int, int]) -> Batch:
         height, width = hw
         shape = (len(job), height, width, 3)
-        boxes, classes, mask, fields = self.engine.labels(job)
         if self._gpu is not None and self._gpu.wants(job):
             hwc = self._gpu.decode_batch(self.engine, job, shape, self.pad_value)
             images = hwc if self.layout == "HWC" else hwc.permute(0, 3, 1, 2)
@@ -584,6 +621,11 @@ class Loader:
                                        previous=previous, io=self.io)
             slot.layout = ((height, width), self.pad_value, extents, slot.tensor._version)
             images = self.ring.tensor_view(slot, shape, channels_first=self.layout == "CHW")
+        return self._labelled(job, images)
+
+    def _labelled(self, job: Job, images: torch.Tensor,
+                  samples: tuple[np.ndarray, ...] | None = None) -> Batch:
+        boxes, classes, mask, fields = self.engine.labels(job)
         return Batch(
             images=images,
             boxes=_tensor(boxes),
@@ -593,6 +635,7 @@ class Loader:
             indices=_tensor(job.indices),
             extras={name: _tensor(value) for name, value in fields.items()},
             box_fields=tuple(fields),  # the dataset's per-box fields, (B, M) each
+            samples=samples,
         )
 
     def _to_device(self, batch: Batch, slot: Slot) -> Batch:
