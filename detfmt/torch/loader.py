@@ -513,9 +513,14 @@ class Loader:
 
     def _run_transform(self, batch: Batch) -> Batch:
         """The transform of a batch the loader made: its buffer is reused only once nothing
-        references it, so the transform may hold views of it (`stable_batches`)."""
+        references it, so the transform may hold views of it (`stable_batches`). Stored
+        samples reach only a transform that takes them (the transform may have been replaced
+        since the batch was made: it then gets real images)."""
         if self._transform is None:
-            return batch
+            return batch.materialized()
+        if batch.samples is not None and getattr(
+                self._transform, "takes_sample_views", False) is not True:
+            batch = batch.materialized()
         with stable_batches():
             return self._transform(batch)
 

@@ -4,6 +4,8 @@ from a gathered batch; whatever reads pixels from ``images`` gets real ones."""
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 import torch
@@ -132,3 +134,21 @@ def test_mosaic_paths_that_read_images_get_the_samples_pixels(monkeypatch):
         got = Mosaic(generator=torch.Generator().manual_seed(1))(batch)
         torch.testing.assert_close(got.images, want.images, rtol=0, atol=0)
         torch.testing.assert_close(got.boxes, want.boxes, rtol=0, atol=0)
+
+
+def test_a_transform_replaced_after_the_batch_was_made_gets_real_images(make_ds):
+    """`DetfmtYoloLoader.reset` swaps the pipeline (close_mosaic): a batch made for a pipeline
+    that took the stored samples reaches the new one with real images."""
+    ds = make_ds(varied_shapes(6, seed=8))
+    loader = Loader(ds, 3, seed=0, transform=PIPELINES["mosaic_alone"](), pad_value=5)
+    batch, slot = loader._job(np.array([0, 4, 2]), threading.Event())
+    assert slot is None and batch.samples is not None
+    seen: list[Batch] = []
+    loader.transform = lambda b: seen.append(b) or b
+    loader._run_transform(batch)
+    assert seen[0].samples is None
+    want = np.full((3, *batch.images.shape[-2:], 3), 5, np.uint8)
+    for k, index in enumerate([0, 4, 2]):
+        image = ds[index].image
+        want[k, :image.shape[0], :image.shape[1]] = image
+    np.testing.assert_array_equal(seen[0].images.permute(0, 2, 3, 1).numpy(), want)
