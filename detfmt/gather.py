@@ -454,7 +454,7 @@ class Gather:
             with contextlib.suppress(AttributeError, OSError):
                 os.posix_fadvise(reader.pread_fd(), base + lo, hi - lo, os.POSIX_FADV_WILLNEED)
 
-    # ------------------------------------------------------------------ labels
+    # ------------------------------------------------------------------ images in place
 
     def stored_images(self, job: Job) -> list[np.ndarray] | None:
         """The job's images where they are stored, in job order: read-only (h, w, 3) uint8
@@ -465,6 +465,8 @@ class Gather:
         readers = job.readers
         return [readers[part].read_image(local)
                 for part, local in zip(job.part.tolist(), job.local.tolist(), strict=True)]
+
+    # ------------------------------------------------------------------ labels
 
     def labels(self, job: Job, max_boxes: int | None = None
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, np.ndarray]]:
