@@ -43,50 +43,50 @@ from detfmt.errors import (
     UsageError,
     WriteError,
 )
-from detfmt.spec import FORMAT_VERSION
+from detfmt.format.spec import FORMAT_VERSION
 from detfmt.version import __version__
 
 if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and IDEs
-    from detfmt._kernel import load as use_native_gather
-    from detfmt._stored import StoredSample
-    from detfmt._verify import VerifyReport, verify
-    from detfmt.api import open_dataset as open
-    from detfmt.mixture import Mixture
-    from detfmt.options import WriteOptions
-    from detfmt.protocol import DatasetLike
-    from detfmt.reader import Dataset
-    from detfmt.records import DatasetSchema, NumpyBatch, Sample
-    from detfmt.schema import ClassInfo, Header
-    from detfmt.shard.sharded import ShardedDataset
+    from detfmt.format.records import DatasetSchema, NumpyBatch, Sample
+    from detfmt.format.schema import ClassInfo, Header
+    from detfmt.reading.dataset import Dataset
+    from detfmt.reading.kernel import load as use_native_gather
+    from detfmt.reading.mixture import Mixture
+    from detfmt.reading.opener import open_dataset as open
+    from detfmt.reading.protocol import DatasetLike
+    from detfmt.reading.sharded import ShardedDataset
+    from detfmt.reading.verify import VerifyReport, verify
     from detfmt.shard.write import ShardMeta, commit, write_shard
-    from detfmt.writer import WriteReport, cleanup, write, write_stored
+    from detfmt.writing.options import WriteOptions
+    from detfmt.writing.stored import StoredSample
+    from detfmt.writing.writer import WriteReport, cleanup, write, write_stored
 
 #: public name -> (module, attribute); loaded on first access (PEP 562)
 _LAZY: dict[str, tuple[str, str | None]] = {
-    "open": ("detfmt.api", "open_dataset"),
-    "verify": ("detfmt._verify", "verify"),
-    "VerifyReport": ("detfmt._verify", "VerifyReport"),
-    "Dataset": ("detfmt.reader", "Dataset"),
-    "ShardedDataset": ("detfmt.shard.sharded", "ShardedDataset"),
-    "DatasetLike": ("detfmt.protocol", "DatasetLike"),
-    "DatasetSchema": ("detfmt.records", "DatasetSchema"),
-    "NumpyBatch": ("detfmt.records", "NumpyBatch"),
-    "Sample": ("detfmt.records", "Sample"),
-    "ClassInfo": ("detfmt.schema", "ClassInfo"),
-    "Header": ("detfmt.schema", "Header"),
-    "write": ("detfmt.writer", "write"),
-    "write_stored": ("detfmt.writer", "write_stored"),
-    "StoredSample": ("detfmt._stored", "StoredSample"),
-    "Mixture": ("detfmt.mixture", "Mixture"),
+    "open": ("detfmt.reading.opener", "open_dataset"),
+    "verify": ("detfmt.reading.verify", "verify"),
+    "VerifyReport": ("detfmt.reading.verify", "VerifyReport"),
+    "Dataset": ("detfmt.reading.dataset", "Dataset"),
+    "ShardedDataset": ("detfmt.reading.sharded", "ShardedDataset"),
+    "DatasetLike": ("detfmt.reading.protocol", "DatasetLike"),
+    "DatasetSchema": ("detfmt.format.records", "DatasetSchema"),
+    "NumpyBatch": ("detfmt.format.records", "NumpyBatch"),
+    "Sample": ("detfmt.format.records", "Sample"),
+    "ClassInfo": ("detfmt.format.schema", "ClassInfo"),
+    "Header": ("detfmt.format.schema", "Header"),
+    "write": ("detfmt.writing.writer", "write"),
+    "write_stored": ("detfmt.writing.writer", "write_stored"),
+    "StoredSample": ("detfmt.writing.stored", "StoredSample"),
+    "Mixture": ("detfmt.reading.mixture", "Mixture"),
     "workflows": ("detfmt.workflows", None),
-    "WriteOptions": ("detfmt.options", "WriteOptions"),
-    "WriteReport": ("detfmt.writer", "WriteReport"),
-    "cleanup": ("detfmt.writer", "cleanup"),
+    "WriteOptions": ("detfmt.writing.options", "WriteOptions"),
+    "WriteReport": ("detfmt.writing.writer", "WriteReport"),
+    "cleanup": ("detfmt.writing.writer", "cleanup"),
     "ShardMeta": ("detfmt.shard.write", "ShardMeta"),
     "commit": ("detfmt.shard.write", "commit"),
     "write_shard": ("detfmt.shard.write", "write_shard"),
     "convert": ("detfmt.convert", None),
-    "use_native_gather": ("detfmt._kernel", "load"),
+    "use_native_gather": ("detfmt.reading.kernel", "load"),
 }
 
 __all__ = [

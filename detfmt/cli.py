@@ -21,8 +21,9 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from detfmt import errors, spec
-from detfmt.protocol import DatasetLike
+from detfmt import errors
+from detfmt.format import spec
+from detfmt.reading.protocol import DatasetLike
 
 #: Modules that add subcommands with a ``register(subparsers)`` function (imported lazily, and
 #: skipped when their optional dependencies are missing).
@@ -39,7 +40,7 @@ def _human(size: float) -> str:
 
 def dataset_info(path: str | Path | DatasetLike) -> dict[str, Any]:
     """A summary of a dataset of any kind (what ``detfmt info`` prints), as plain data."""
-    from detfmt.api import open_dataset
+    from detfmt.reading.opener import open_dataset
 
     ds = open_dataset(path) if isinstance(path, (str, Path)) else path
     try:
@@ -130,7 +131,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    from detfmt._verify import verify
+    from detfmt.reading.verify import verify
 
     report = verify(args.path, raise_on_error=False)
     if report.ok:
@@ -144,7 +145,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _cmd_cleanup(args: argparse.Namespace) -> int:
-    from detfmt.writer import cleanup
+    from detfmt.writing.writer import cleanup
 
     print(cleanup(args.directory).summary())
     return 0

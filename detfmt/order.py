@@ -42,12 +42,13 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from detfmt import spec
 from detfmt.errors import UsageError
+from detfmt.format import spec
 
 __all__ = [
     "DEFAULT_SHARD_WINDOW",
     "GOLDEN_RATIO_64",
+    "LABEL_BLOCK",
     "ORDERS",
     "EpochOrder",
     "EpochPlan",
@@ -58,9 +59,11 @@ __all__ = [
     "RepeatFactorOrder",
     "Schedule",
     "SubsetOrder",
+    "class_presence",
     "default_quasi_block",
     "epoch_key",
     "epoch_permutation",
+    "factors_for",
     "mix64",
     "mixture_epoch_order",
     "mixture_quotas",
@@ -71,6 +74,7 @@ __all__ = [
     "rank_batches",
     "repeat_counts",
     "repeat_factor_order",
+    "repeat_factor_order_for",
     "repeat_factors",
     "sharded_epoch_order",
     "splitmix64_stream",
@@ -909,3 +913,51 @@ def _upgrade_state(state: Mapping[str, Any], spec_: EpochOrder) -> dict[str, Any
     finished = done >= num_steps(n, 1, g, 0, bool(state.get("drop_last", False)))
     return {**state, "samples_seen": n if finished else done * g,
             "shard_window": getattr(spec_, "shard_window", DEFAULT_SHARD_WINDOW)}
+
+
+# Repeat-factor sampling from a dataset's labels (SPEC §18.9-18.10). The factors need, for
+# every image, the classes of its valid boxes, read through ``ds.labels`` (the checked label
+# gather every batch uses), a block at a time: a label that breaks a rule is the same typed
+# error here as in a batch, never a silently skewed factor.
+
+LABEL_BLOCK = 1 << 16  # samples per labels() call: bounded memory on large datasets
+
+
+def class_presence(ds: Any, class_map: np.ndarray | None = None,
+                   block: int = LABEL_BLOCK) -> tuple[np.ndarray, np.ndarray]:
+    """(image, class id) of every valid box of ``ds`` as two int64 arrays.
+
+    ``class_map`` (optional) maps the dataset's class ids to other ids (a mixture's), before
+    presence is counted, so classes merged by a mapping count as one.
+    """
+    n = len(ds)
+    images: list[np.ndarray] = []
+    classes: list[np.ndarray] = []
+    for start in range(0, n, block):
+        rows = np.arange(start, min(n, start + block), dtype=np.int64)
+        labels = ds.labels(rows)
+        hit_rows, hit_slots = np.nonzero(np.asarray(labels.mask))
+        ids = np.asarray(labels.classes)[hit_rows, hit_slots].astype(np.int64)
+        if class_map is not None:
+            ids = np.asarray(class_map, dtype=np.int64)[ids]
+        images.append(rows[hit_rows])
+        classes.append(ids)
+    if not images:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return np.concatenate(images), np.concatenate(classes)
+
+
+def factors_for(ds: Any, threshold: float, class_map: np.ndarray | None = None) -> np.ndarray:
+    """The O-9 repeat factors of every image of ``ds`` (float64, (N,))."""
+    if len(ds) == 0:
+        raise UsageError("repeat-factor sampling needs a dataset with samples",
+                         path=getattr(ds, "location", None))
+    images, classes = class_presence(ds, class_map)
+    return repeat_factors(images, classes, len(ds), threshold)
+
+
+def repeat_factor_order_for(ds: Any, threshold: float) -> RepeatFactorOrder:
+    """Repeat-factor sampling over ``ds`` (O-9, O-10) with frequency threshold ``threshold``:
+    an image whose rarest class is held by a fraction ``f < t`` of the images is visited about
+    ``sqrt(t / f)`` times per epoch."""
+    return RepeatFactorOrder(factors_for(ds, threshold), threshold)

@@ -36,7 +36,16 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Protocol
 
-from detfmt import _io, errors
+from detfmt import errors, fileio
+from detfmt.errors import DatasetNotFoundError, LayoutError, RootLayoutError, UnsafePathError
+from detfmt.format.manifest import (
+    MANIFEST_NAME,
+    MAX_MANIFEST_BYTES,
+    Manifest,
+    check_manifest,
+    decode_manifest,
+    encode_manifest,
+)
 
 __all__ = [
     "ANY_GENERATION",
@@ -383,7 +392,7 @@ class LocalStorage(Storage):
             if own_copy:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(tmp)
-        _io.fsync_dir(directory)
+        fileio.fsync_dir(directory)
         return True
 
     def put_bytes(self, data: bytes, rel: str, *, durable: bool = True) -> None:
@@ -400,7 +409,7 @@ class LocalStorage(Storage):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
         if durable:
-            _io.fsync_dir(directory)
+            fileio.fsync_dir(directory)
 
     def refresh(self, rel: str, data: bytes) -> None:
         os.utime(self.where(rel), follow_symlinks=False)
@@ -435,7 +444,7 @@ class LocalStorage(Storage):
                     os.unlink(tmp)
                 raise
             try:
-                _io.fsync_dir(directory)
+                fileio.fsync_dir(directory)
             except OSError as error:  # after the switch: say so, never report it as not done
                 raise errors.WriteError(
                     f"{name} was published (readers see the new one), but fsync of its "
@@ -513,7 +522,7 @@ def _rename_exclusive(tmp: str, final: str) -> bool:
     """Rename unless ``final`` exists (False then). renameat2(RENAME_NOREPLACE), else a hard
     link (also atomic and exclusive); only where neither exists, a checked rename."""
     try:
-        _io.rename_noreplace(tmp, final)
+        fileio.rename_noreplace(tmp, final)
         return True
     except FileExistsError:
         return False
@@ -727,3 +736,77 @@ def open_storage(root: str | os.PathLike[str],
     if {"s3", "s3a"} & set(protocols) and hasattr(fs, "call_s3"):
         return S3Storage(text, fs=fs, base=base)
     return FsspecStorage(text, fs=fs, base=base)
+
+
+# The manifest of a local sharded root on disk (SPEC §19.4): the root layout, walking to a
+# shard without following links, reading and publishing manifest.json.
+
+
+def check_root_layout(root: str | os.PathLike[str]) -> None:
+    """S-1: a local root holding manifest.json must not hold header.json (any entry of that name,
+    even a broken link), or a 1.0 reader and a 1.1 reader would read two different datasets."""
+    root = os.fspath(root)
+    if os.path.lexists(os.path.join(root, "header.json")):
+        raise RootLayoutError(
+            "the root holds both manifest.json and header.json; a root is either a 1.0 dataset "
+            "or a 1.1 sharded dataset",
+            path=root,
+        )
+
+
+def shard_lstat(root: str, path: str) -> os.stat_result:
+    """The ``lstat`` of a shard file, walking its path from the root without following a
+    symbolic link in any component (SPEC §19.4 step 9): a missing component or one that is not
+    a directory is FILE_MISSING; a link anywhere, or a final component that is not a regular
+    file, is PATH_UNSAFE."""
+    current = root
+    parts = path.split("/")
+    for k, part in enumerate(parts):
+        current = os.path.join(current, part)
+        try:
+            info = os.lstat(current)
+        except (FileNotFoundError, NotADirectoryError) as error:
+            raise LayoutError("shard file listed by the manifest is missing", rule="FILE_MISSING",
+                              path=current) from error
+        except OSError as error:
+            raise UnsafePathError(f"cannot stat shard ({error.strerror})", path=current) from error
+        if stat.S_ISLNK(info.st_mode):
+            raise UnsafePathError("a shard path must not pass through a symbolic link",
+                                  path=current)
+        if k < len(parts) - 1 and not stat.S_ISDIR(info.st_mode):
+            raise LayoutError("shard file listed by the manifest is missing (a path component "
+                              "is not a directory)", rule="FILE_MISSING", path=current)
+    if not stat.S_ISREG(info.st_mode):
+        raise UnsafePathError("a shard must be a regular file", path=current)
+    return info
+
+
+def read_manifest_bytes(root: str | os.PathLike[str]) -> bytes:
+    """The bytes of ``<root>/manifest.json`` on local disk: a regular file, not a symbolic link
+    (SPEC §19.4 step 2, as R-11), read up to one byte past its size limit."""
+    path = os.path.join(os.fspath(root), MANIFEST_NAME)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError as error:
+        raise DatasetNotFoundError("no manifest.json", path=path) from error
+    except OSError as error:
+        raise UnsafePathError(f"cannot open manifest.json ({error.strerror})", path=path) from error
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UnsafePathError("manifest.json is not a regular file", path=path)
+    with os.fdopen(fd, "rb") as f:
+        return f.read(MAX_MANIFEST_BYTES + 1)
+
+
+def read_manifest(root: str | os.PathLike[str]) -> Manifest:
+    """Read ``<root>/manifest.json`` from local disk."""
+    path = os.path.join(os.fspath(root), MANIFEST_NAME)
+    return decode_manifest(read_manifest_bytes(root), path)
+
+
+def publish_manifest(root: str | os.PathLike[str], m: Manifest) -> str:
+    """Publish ``m`` at ``<root>/manifest.json`` unconditionally and atomically (S-15), whatever
+    manifest is there; `detfmt.shard.write.commit` is the compare-and-swap writers use."""
+    storage = LocalStorage(os.fspath(root))
+    storage.swap(MANIFEST_NAME, encode_manifest(check_manifest(m)), ANY_GENERATION)
+    return storage.where(MANIFEST_NAME)

@@ -31,7 +31,7 @@ import gen_schema  # noqa: E402
 
 import detfmt  # noqa: E402
 from conformance import spec_reader  # noqa: E402
-from detfmt import spec  # noqa: E402
+from detfmt.format import spec  # noqa: E402
 
 SPEC_TEXT = (REPO / "SPEC.md").read_text(encoding="utf-8")
 RULES = gen_schema.parse_rules(SPEC_TEXT)
@@ -230,9 +230,9 @@ def test_xxh3_vectors_in_the_spec() -> None:
 def test_a_hostile_depth_is_a_typed_error() -> None:
     """The JSON profile (§5.6): nesting far past any recursion limit is HEADER_JSON, not a
     RecursionError or a crash, for every JSON file the library reads."""
-    from detfmt import validate
-    from detfmt.members import parse_toc
-    from detfmt.shard.manifest import decode_manifest
+    from detfmt.format import rules as validate
+    from detfmt.format.manifest import decode_manifest
+    from detfmt.format.pack import parse_toc
 
     deep = b'{"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
     for parse, rule in ((lambda d: validate.parse_header(d, "header.json"), "HEADER_JSON"),
@@ -261,7 +261,7 @@ def test_shard_writer_uses_the_canonical_layout(tmp_path) -> None:
 
 
 def test_limits_in_the_spec_match_the_code() -> None:
-    from detfmt import _codecs
+    from detfmt.format import codecs
 
     table = SPEC_TEXT[SPEC_TEXT.index("## 15. Limits"):SPEC_TEXT.index("## 16.")]
     assert f"{spec.MAX_HEADER_BYTES:,} bytes" in table
@@ -271,12 +271,12 @@ def test_limits_in_the_spec_match_the_code() -> None:
     assert f"`1 .. {spec.MAX_SIDE}`" in table
     assert f"{spec.MAX_CLASS_NAME_CHARS} code points" in table
     assert f"{spec.MAX_METADATA_ITEMS} members, {spec.MAX_METADATA_BYTES} code points" in table
-    from detfmt import _json
+    from detfmt.format import jsonprofile
 
-    assert _json.MAX_DEPTH == 64 and _json.MAX_NUMBER_CHARS == 64
+    assert jsonprofile.MAX_DEPTH == 64 and jsonprofile.MAX_NUMBER_CHARS == 64
     assert "64 arrays and objects, 64 characters" in table
     assert f"| {spec.MAX_STRING_BYTES} bytes |" in table
-    assert _codecs.MAX_ZSTD_WINDOW == 1 << 27 and "2^27 bytes" in table
+    assert codecs.MAX_ZSTD_WINDOW == 1 << 27 and "2^27 bytes" in table
     assert spec.ALIGNMENT == 64 and spec.INDEX_DTYPE.itemsize == 48
     assert spec.CODEC_IDS == {"raw": 0, "zstd": 1, "jpeg": 2, "png": 3}
 
@@ -369,12 +369,12 @@ def test_reading_leaves_the_dataset_untouched(tmp_path) -> None:
 
 def test_unwritable_parent_is_target_not_writable(tmp_path, monkeypatch) -> None:
     """W-16: EROFS/EACCES while creating the temporary directory -> TARGET_NOT_WRITABLE."""
-    import detfmt._io
+    import detfmt.fileio
 
     def refuse(path: str) -> None:
         raise OSError(errno.EROFS, "Read-only file system", path)
 
-    monkeypatch.setattr(detfmt._io, "mkdir", refuse)
+    monkeypatch.setattr(detfmt.fileio, "mkdir", refuse)
     with pytest.raises(detfmt.TargetNotWritableError) as caught:
         detfmt.write(_plain(_samples(np.random.default_rng(2))), tmp_path / "ds",
                      classes=["a", "b"])
@@ -385,8 +385,8 @@ def test_unwritable_parent_is_target_not_writable(tmp_path, monkeypatch) -> None
 def test_chunked_index_validation_checks_the_link_to_the_next_chunk() -> None:
     """R-44: a reader validating the index lazily in chunks still never uses an unchecked record:
     the last record of a chunk must not overlap the first payload of the next chunk."""
-    from detfmt import validate
-    from detfmt.schema import Header, ImageInfo
+    from detfmt.format import rules as validate
+    from detfmt.format.schema import Header, ImageInfo
 
     chunk = validate.INDEX_CHUNK
     n = chunk + 2

@@ -24,7 +24,7 @@ SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "racco
 
 def real_or_synthetic_images(count: int, long_side: int = 640) -> list[np.ndarray]:
     """Raccoon photos resized to ``long_side`` if ../shared is present, else random pixels."""
-    from detfmt import _image
+    from detfmt.writing import image as _image
 
     files = sorted((SHARED / "images").glob("*.jpg")) if SHARED.exists() else []
     images = []

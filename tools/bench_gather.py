@@ -4,9 +4,10 @@ mapping into a padded (B, H, W, 3) buffer, against a memcpy of the same bytes.
 Candidates, each filling the same batches into the same two alternating buffers (padding of
 the previous batch in that buffer cleared, as the Loader does):
 
-- ``numpy``: `detfmt.gather.Gather.fill` on its numpy path, one ``np.copyto`` per sample (numpy
+- ``numpy``: `detfmt.reading.gather.Gather.fill` on its numpy path, one ``np.copyto`` per sample
+(numpy
   releases the GIL for each copy), rows split over ``--threads`` threads;
-- ``kernel``: the same `fill` with the native kernel loaded (`detfmt._kernel`, numba: one
+- ``kernel``: the same `fill` with the native kernel loaded (`detfmt.reading.kernel`, numba: one
   ``nogil`` call per thread over a table of source addresses; only if numba is installed);
 - ``memcpy``: ``np.copyto`` of one contiguous block of the mapping holding as many bytes as the
   batch's images, split over the threads (the limit: no strided destination, no bookkeeping).
@@ -29,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 import detfmt
-from detfmt import _kernel
+from detfmt.reading import kernel as _kernel
 
 
 def main() -> None:

@@ -62,7 +62,7 @@ def build(work: Path, big: int) -> dict[str, Path]:
     work.mkdir(parents=True, exist_ok=True)
     paths = {name: work / name for name in ("photos", "tiny", "big", "padded", "ragged")}
     if not paths["photos"].exists():
-        from detfmt import _image
+        from detfmt.writing import image as _image
 
         files = sorted(PHOTOS.rglob("*.jpg"))[:200]
         rng = np.random.default_rng(0)

@@ -270,12 +270,12 @@ def bench_limit(raw_ds, threads: int, args, stream: bool = False) -> None:
     the store kind the Loader uses for large batches)."""
     copy = np.copyto
     if stream:
-        from detfmt import _kernel
+        from detfmt.reading import kernel
 
-        if not _kernel.load():
+        if not kernel.load():
             SKIPPED.append(("streaming copy limit", "numba is not installed"))
             return
-        from detfmt._kernel_numba import copy_bytes
+        from detfmt.reading.kernel_numba import copy_bytes
 
         def copy(dst, src):
             copy_bytes(dst, src, True)

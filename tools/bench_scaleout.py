@@ -29,7 +29,7 @@ import time
 import numpy as np
 
 import detfmt
-from detfmt._buffers import aligned_empty
+from detfmt.reading.buffers import aligned_empty
 from detfmt.shard.write import commit, write_partition
 
 CLASSES = ["a", "b", "c"]
@@ -93,7 +93,7 @@ def bench_ray(
     import ray
     import ray.data
 
-    from detfmt.ray import DetfmtDatasink
+    from detfmt.integrations.ray import DetfmtDatasink
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     context = ray.data.DataContext.get_current()
@@ -218,7 +218,7 @@ def bench_read(data: list[dict], codec: str, shard_bytes: int, tmp: str, batch: 
     batches = list(plan.batches())
     res = {"shards": len(sharded.shards), "samples": len(sharded)}
     side = int(max(flat.sizes.max(), 1))
-    out = aligned_empty(batch * side * side * 3)  # page-aligned: see detfmt/_buffers.py
+    out = aligned_empty(batch * side * side * 3)  # page-aligned: see detfmt/reading/buffers.py
     # warm both (page cache, mappings), then interleave epochs so load spikes hit both alike
     epoch(sharded, plan, out)
     flat_epoch(flat, batches, out)

@@ -168,8 +168,8 @@ def child(case: str, impl: str, count: int, workdir: str) -> dict[str, Any]:
         import numpy.ma  # noqa: F401
 
         import detfmt
-        import detfmt.reader
-        import detfmt.writer
+        import detfmt.reading.dataset
+        import detfmt.writing.writer
     if case in ("raw640", "raw640w2"):
         arrays = _images(count, 640)
         nbytes = sum(a.nbytes for a in arrays)
@@ -225,24 +225,24 @@ def _shard_io(count: int, workdir: Path) -> dict[str, Any]:
         real_fsync(fd)
 
     os.fsync = counting_fsync
-    from detfmt import _io
+    from detfmt import fileio
 
     through_io = []
-    real_write_all = _io.write_all
+    real_write_all = fileio.write_all
 
     def counting_write_all(fd: int, data: Any, *args: Any) -> None:
         parts = data if isinstance(data, (list, tuple)) else [data]
         through_io.append(sum(memoryview(p).nbytes for p in parts))
         real_write_all(fd, data, *args)
 
-    _io.write_all = counting_write_all
+    fileio.write_all = counting_write_all
     written = _wchar()
     start = time.perf_counter()
     try:
-        from detfmt import writer
+        from detfmt.writing import writer
 
         if hasattr(writer, "build_shard"):
-            from detfmt.options import WriteOptions
+            from detfmt.writing.options import WriteOptions
 
             built = writer.build_shard(samples, workdir / "part.detfmt", classes=CLASSES,
                                        options=WriteOptions())
@@ -253,7 +253,7 @@ def _shard_io(count: int, workdir: Path) -> dict[str, Any]:
             size = write_shard(samples, workdir / "root", "k", classes=CLASSES).bytes
     finally:
         os.fsync = real_fsync
-        _io.write_all = real_write_all
+        fileio.write_all = real_write_all
     return {"seconds": time.perf_counter() - start, "shard_bytes": size,
             "written": _wchar() - written, "through_io": sum(through_io), "fsyncs": len(syncs)}
 
@@ -317,7 +317,7 @@ def report(results: dict[str, Any], impls: dict[str, str]) -> str:
     for case, data in results["cases"].items():
         if case == "shard":
             lines += ["| shard | shard bytes | bytes written (all write syscalls) | per shard byte "
-                      "| of which through detfmt._io | per shard byte | fsyncs |",
+                      "| of which through detfmt.fileio | per shard byte | fsyncs |",
                       "|---|---:|---:|---:|---:|---:|---:|"]
             for name, row in data.items():
                 size = row["shard_bytes"]

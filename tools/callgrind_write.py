@@ -3,7 +3,8 @@
 Runs this script under ``valgrind --tool=callgrind`` at two sample counts and prints the slope
 (instructions per added sample) of each mode minus the slope of ``build`` (making the samples,
 which every mode does first). Modes: ``write`` (detfmt.write), ``plain`` (bench_write's plain
-loop), ``read`` (only the block reader of `detfmt._blocks`). OPENBLAS_NUM_THREADS=1: OpenBLAS's
+loop), ``read`` (only the block reader of `detfmt.writing.blocks`). OPENBLAS_NUM_THREADS=1:
+OpenBLAS's
 idle threads spin for a time-dependent number of instructions.
 
 Usage: python tools/callgrind_write.py [--impl DIR] [--modes write,plain] [--counts 2000,6000]
@@ -35,12 +36,12 @@ def run_mode(mode: str, count: int) -> None:
         elif mode == "plain":
             _plain_tiny(samples, Path(directory) / "out")
         elif mode == "read":
-            from detfmt import _blocks
-            from detfmt._prepare import Rules
-            from detfmt.options import WriteOptions
+            from detfmt.writing import blocks
+            from detfmt.writing.options import WriteOptions
+            from detfmt.writing.prepare import Rules
 
             rules = Rules(WriteOptions.from_kwargs(), len(CLASSES))
-            for _ in _blocks.blocked_stream(iter(samples), rules):
+            for _ in blocks.blocked_stream(iter(samples), rules):
                 pass
 
 

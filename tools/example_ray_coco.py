@@ -42,7 +42,7 @@ def build(annotations: str, images_dir: str, root: str, *, shard_mb: int = 128,
     """Run the Ray pipeline; ray must already be initialized."""
     import ray.data
 
-    from detfmt.ray import DetfmtDatasink
+    from detfmt.integrations.ray import DetfmtDatasink
 
     classes, table = label_table(annotations)
 

@@ -277,8 +277,8 @@ def main() -> None:
 
         with atheris.instrument_imports():  # coverage feedback from the reader's code
             import detfmt
-            import detfmt.reader
-            import detfmt.validate  # noqa: F401
+            import detfmt.format.rules
+            import detfmt.reading.dataset  # noqa: F401
     state = State(args.corpus_out)
     state.engine = engine
     state.stats_path = Path(args.work) / "stats.json"

@@ -39,7 +39,7 @@ STAGES = [
     ("Mosaic.sample", "detfmt.augment.mosaic", "Mosaic.sample"),
     ("Mosaic.apply_deferred", "detfmt.augment.mosaic", "Mosaic.apply_deferred"),
     ("Mosaic ring-buffer push", "detfmt.augment.mosaic", "_RingBuffer.push"),
-    ("gather (Gather.fill)", "detfmt.gather", "Gather.fill"),
+    ("gather (Gather.fill)", "detfmt.reading.gather", "Gather.fill"),
     ("to_batch_dict", "detfmt.integrations.ultralytics", "DetfmtYoloLoader.to_batch_dict"),
 ]
 CV2_CALLS = ("warpAffine", "warpPerspective", "cvtColor", "copyTo", "split", "mixChannels")

@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import xxhash
 
-from detfmt import spec
-from detfmt._npy import encode_header
+from detfmt.format import spec
+from detfmt.format.npy import encode_header
 
 
 def _write(path: Path, header: bytes, body: np.ndarray) -> dict:

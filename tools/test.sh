@@ -13,6 +13,7 @@ fi
 .venv/bin/python -m pip install -q --disable-pip-version-check \
   -e '.[test,torch,fast,plot,scale,augment-test]' torch==2.13.0
 .venv/bin/python -m ruff check .
+.venv/bin/lint-imports  # the floor plan: [tool.importlinter] in pyproject.toml
 .venv/bin/python -m pytest -q "$@"
 # The training integrations (Ultralytics, torchvision, transformers, Lightning, JAX, TF) need
 # torch 2.14.1 + torchvision, so they run in their own environment (tools/test_integrations.sh),

@@ -20,7 +20,7 @@ import threading
 import numpy as np
 import torch
 
-from detfmt._buffers import aligned_empty
+from detfmt.reading.buffers import aligned_empty
 
 # Buffers from this size on are backed by memory advised for transparent huge pages.
 HUGE_PAGE_MIN_BYTES = 8 << 20

@@ -31,7 +31,6 @@ from typing import Any, Literal
 
 import numpy as np
 
-from detfmt import _image, _processes
 from detfmt.convert.boxes import apply_box_policy
 from detfmt.convert.card import DatasetCard, card_metadata
 from detfmt.convert.codec import choose_codec
@@ -40,7 +39,9 @@ from detfmt.convert.fingerprint import Fingerprint, file_digest
 from detfmt.convert.inputs import printable
 from detfmt.convert.report import ConversionReport, report_path
 from detfmt.errors import DetfmtError, InvalidSampleError, TargetExistsError
-from detfmt.schema import ClassInfo
+from detfmt.format.schema import ClassInfo
+from detfmt.writing import image as _image
+from detfmt.writing import processes
 
 __all__ = ["ConvertOptions", "Scan", "Source", "SourceImage", "convert_source", "prepare_source",
            "resolve_frame", "scan_source", "write_prepared"]
@@ -245,10 +246,10 @@ def _check_pool(workers: int):
     try:
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     except ValueError:  # not the main thread: signals are not ours to change
-        return context.Pool(workers, initializer=_processes.die_with_parent,
+        return context.Pool(workers, initializer=processes.die_with_parent,
                             initargs=(os.getpid(),))
     try:
-        return context.Pool(workers, initializer=_processes.die_with_parent,
+        return context.Pool(workers, initializer=processes.die_with_parent,
                             initargs=(os.getpid(),))
     finally:
         signal.signal(signal.SIGINT, previous)
@@ -567,7 +568,7 @@ def write_prepared(source: Source, scan: Scan, dst: str | os.PathLike[str],
                    options: ConvertOptions) -> ConversionReport:
     """Pass 2: write a prepared source to ``dst`` with its card; save the report beside it
     (also when the write fails)."""
-    from detfmt.writer import write  # the writer (and Pillow) load when a conversion runs
+    from detfmt.writing.writer import write  # the writer (and Pillow) load when a conversion runs
 
     start = time.perf_counter()
     report = scan.report

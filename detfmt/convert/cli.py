@@ -142,7 +142,7 @@ def _cmd_export_coco(args: argparse.Namespace) -> int:
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
-    from detfmt.show import render_grid
+    from detfmt.workflows.show import render_grid
 
     out = render_grid(args.dataset, args.out, args.index or None, cell=args.cell,
                       columns=args.columns)

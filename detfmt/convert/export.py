@@ -17,13 +17,13 @@ import numpy as np
 
 from detfmt.convert.coco import ANNOTATION_ID_FIELD, read_supercategories
 from detfmt.convert.errors import ConversionError
-from detfmt.protocol import DatasetLike
+from detfmt.reading.protocol import DatasetLike
 
 __all__ = ["coco_dict", "to_coco"]
 
 
 def _open(dataset: str | os.PathLike[str] | DatasetLike) -> tuple[DatasetLike, bool]:
-    from detfmt.api import open_dataset
+    from detfmt.reading.opener import open_dataset
 
     if isinstance(dataset, (str, os.PathLike)):
         return open_dataset(dataset), True

@@ -20,9 +20,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from detfmt.api import MAX_SPLITS_BYTES, SPLITS_FILE, SPLITS_FORMAT, parse_split_index
 from detfmt.convert.report import ConversionReport
 from detfmt.errors import TargetExistsError
+from detfmt.reading.opener import MAX_SPLITS_BYTES, SPLITS_FILE, SPLITS_FORMAT, parse_split_index
 
 __all__ = ["SPLITS_FILE", "SPLITS_FORMAT", "check_split_root", "read_splits", "write_split_counts",
            "write_splits_index"]

@@ -40,7 +40,6 @@ except ImportError as error:  # pragma: no cover - exercised only without ultral
         "detfmt.integrations.ultralytics needs Ultralytics: pip install 'detfmt[ultralytics]'"
     ) from error
 
-from detfmt.api import open_dataset
 from detfmt.augment.compose import to_memory_format
 from detfmt.augment.presets import yolo_train, yolo_val
 from detfmt.augment.targets import to_ultralytics
@@ -48,6 +47,7 @@ from detfmt.errors import UsageError
 from detfmt.integrations._objects import crowd_flags
 from detfmt.integrations.pipeline import AugmentedBatches
 from detfmt.order import SubsetOrder
+from detfmt.reading.opener import open_dataset
 from detfmt.torch.batch import Batch
 from detfmt.torch.loader import Loader
 

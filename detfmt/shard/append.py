@@ -26,11 +26,10 @@ from typing import Any
 
 import msgspec
 
-from detfmt import errors, spec
+from detfmt import errors
 from detfmt.errors import IncompatibleDatasetsError, ShardChecksumError
-from detfmt.reader import Dataset
-from detfmt.schema import Header
-from detfmt.shard.manifest import (
+from detfmt.format import spec
+from detfmt.format.manifest import (
     MANIFEST_NAME,
     MAX_MANIFEST_BYTES,
     Manifest,
@@ -39,8 +38,10 @@ from detfmt.shard.manifest import (
     decode_manifest,
     manifest_identity,
 )
+from detfmt.format.pack import pack_directory
+from detfmt.format.schema import Header
+from detfmt.reading.dataset import Dataset
 from detfmt.shard.names import SHARD_DIR, shard_path
-from detfmt.shard.pack import pack_directory
 from detfmt.shard.session import LEASE_PATTERN, begin_write
 from detfmt.shard.write import list_shards, publish, schema_of, writer_name
 from detfmt.storage import (

@@ -35,7 +35,7 @@ def _cmd_append(args: argparse.Namespace) -> int:
 
 
 def _count(root: str) -> int:
-    from detfmt.shard.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, decode_manifest
+    from detfmt.format.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, decode_manifest
     from detfmt.storage import open_storage
 
     storage = open_storage(root)

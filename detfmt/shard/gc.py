@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from detfmt import errors
-from detfmt.shard.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, decode_manifest
+from detfmt.format.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, decode_manifest
+from detfmt.format.pack import MAGIC
 from detfmt.shard.names import MANIFEST_TEMP, SHARD_DIR, SHARD_FILE, TEMPORARY
-from detfmt.shard.pack import MAGIC
 from detfmt.shard.session import LEASE_PATTERN, lease_is_live
 from detfmt.storage import Storage, StoredEntry, open_storage
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from detfmt.errors import ShardChecksumError
-from detfmt.shard.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, Manifest, decode_manifest
+from detfmt.format.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, Manifest, decode_manifest
 from detfmt.shard.session import begin_write
 from detfmt.shard.write import publish, publish_shard
 from detfmt.storage import Digest, LocalStorage, file_digest, open_storage

@@ -30,7 +30,7 @@ from typing import Any
 import msgspec
 
 from detfmt import errors
-from detfmt.shard.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES
+from detfmt.format.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES
 from detfmt.storage import Storage, StoredEntry, open_storage
 
 __all__ = [

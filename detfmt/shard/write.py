@@ -20,9 +20,7 @@ from typing import Any
 import msgspec
 
 from detfmt import errors
-from detfmt.schema import Header
-from detfmt.shard.gc import gc
-from detfmt.shard.manifest import (
+from detfmt.format.manifest import (
     MANIFEST_NAME,
     MAX_MANIFEST_BYTES,
     BoxFieldInfo,
@@ -35,6 +33,8 @@ from detfmt.shard.manifest import (
     encode_manifest,
     manifest_identity,
 )
+from detfmt.format.schema import Header
+from detfmt.shard.gc import gc
 from detfmt.shard.names import SHARD_DIR, shard_path
 from detfmt.shard.session import (
     begin_write,
@@ -116,14 +116,16 @@ def write_shard(
     ``samples``, ``classes``, ``codec`` and ``write_options`` are those of `detfmt.write`
     (``max_side``, ``fixed_size``, ``clip``, ``box_fields``, ``jpeg_quality``, ``zstd_level``,
     ``metadata``, ``workers``, ``progress``). The shard is streamed into one complete file at a
-    temporary path (`detfmt.writer.build_shard`: each byte written once), then published
+    temporary path (`detfmt.writing.writer.build_shard`: each byte written once), then published
     whole under its name (S-13): a rename on the same file system, one PUT on an object store.
     A retry with the same key and samples writes the same bytes (S-14) and is accepted; other
     bytes under a name the published manifest lists are refused (SHARD_PUBLISHED). Nothing is
     published until `commit`; until then the write's lease keeps `gc` away from the shard.
     """
-    from detfmt.options import WriteOptions
-    from detfmt.writer import build_shard  # the writer pulls in the image stack; keep it lazy
+    from detfmt.writing.options import WriteOptions
+    from detfmt.writing.writer import (
+        build_shard,  # the writer pulls in the image stack; keep it lazy
+    )
 
     rel = shard_path(key)
     if "overwrite" in write_options:

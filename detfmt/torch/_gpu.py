@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from detfmt import spec
 from detfmt.errors import UsageError
-from detfmt.gather import Gather, Job
+from detfmt.format import spec
+from detfmt.reading.gather import Gather, Job
 
 __all__ = ["GpuJpegDecoder", "gpu_decode_unavailable_reason"]
 

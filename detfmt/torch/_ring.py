@@ -14,7 +14,7 @@ import threading
 import numpy as np
 import torch
 
-from detfmt._buffers import aligned_empty
+from detfmt.reading.buffers import aligned_empty
 
 __all__ = ["BufferRing", "Slot", "storage_use_count"]
 

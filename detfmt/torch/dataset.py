@@ -20,11 +20,11 @@ import numpy as np
 import torch
 import torch.utils.data as tud
 
-from detfmt import _kernel
 from detfmt.errors import DetfmtError, UsageError
-from detfmt.gather import check_canvas, check_padding
 from detfmt.order import DEFAULT_SHARD_WINDOW, Schedule
-from detfmt.protocol import DatasetLike
+from detfmt.reading import kernel
+from detfmt.reading.gather import check_canvas, check_padding
+from detfmt.reading.protocol import DatasetLike
 from detfmt.torch._ring import BufferRing, Slot
 from detfmt.torch.batch import Batch
 from detfmt.torch.loader import default_rank_world, open_dataset
@@ -146,7 +146,7 @@ class _RingBatches(tud.Dataset):
     def __getitem__(self, item: tuple[np.ndarray, int, tuple[int, int], np.ndarray | None]
                     ) -> tuple:
         if self.native:
-            _kernel.load()  # once per worker process (persistent workers)
+            kernel.load()  # once per worker process (persistent workers)
         try:
             return self._gather(*item)
         except DetfmtError as error:  # travels pickled with its rule, file and sample (torch
@@ -271,7 +271,7 @@ class RingDataLoader:
         self.prefetch_factor = prefetch_factor
         self.io = io
         # the workers load the native gather when this process can (numba installed)
-        self.native = io == "mmap" and _kernel.load()
+        self.native = io == "mmap" and kernel.load()
         self.pad_value = pad_value
         self.multiprocessing_context = multiprocessing_context
 

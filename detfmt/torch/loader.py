@@ -3,7 +3,8 @@
 Why threads in one process: numpy copies, zstd and libjpeg-turbo decodes release the GIL, so
 threads reach memory bandwidth without pickling or shared-memory allocation per batch (a stock
 DataLoader with workers falls to a quarter of one process on raw data). Each batch is gathered by
-one thread, through the dataset's gather engine (`detfmt.gather`: the checks and copies every
+one thread, through the dataset's gather engine (`detfmt.reading.gather`: the checks and copies
+every
 read path shares), into a reusable HWC buffer; images are handed out as a ``channels_last``
 (B, 3, H, W) view of it, so nobody pays for a transpose.
 
@@ -16,7 +17,8 @@ non-blocking copy has completed.
 Order and resume are `detfmt.order.Schedule`'s, the same for every kind of dataset: the batches
 of ``ds.plan(...)``, and a ``state_dict()`` that resumes on any world size and batch size. The
 order may also be repeat-factor sampling (``repeat_threshold=``) or a weighted mixture of several
-datasets (a list of datasets with ``weights=``, or a `detfmt.mixture.Mixture`), SPEC §18.9-18.13.
+datasets (a list of datasets with ``weights=``, or a `detfmt.reading.mixture.Mixture`), SPEC
+§18.9-18.13.
 
 Augmentation in the loader (``transform=``): each gathered batch goes through the transform in
 the gather threads, in epoch order (`detfmt.torch._stage`), so it overlaps the training step; on
@@ -44,13 +46,18 @@ from typing import Any
 import numpy as np
 import torch
 
-from detfmt import _kernel, api
 from detfmt.errors import UsageError
-from detfmt.gather import IO_MODES, Job, check_canvas
-from detfmt.mixture import Mixture
-from detfmt.order import DEFAULT_SHARD_WINDOW, EpochOrder, Schedule, SubsetOrder
-from detfmt.protocol import DatasetLike
-from detfmt.sampling import repeat_factor_order_for
+from detfmt.order import (
+    DEFAULT_SHARD_WINDOW,
+    EpochOrder,
+    Schedule,
+    SubsetOrder,
+    repeat_factor_order_for,
+)
+from detfmt.reading import kernel, opener
+from detfmt.reading.gather import IO_MODES, Job, check_canvas
+from detfmt.reading.mixture import Mixture
+from detfmt.reading.protocol import DatasetLike
 from detfmt.torch._history import (
     batching,
     check_batching,
@@ -69,7 +76,7 @@ __all__ = ["Loader", "default_rank_world", "open_dataset"]
 def open_dataset(ds_or_path: Any, options: dict[str, Any] | None = None) -> DatasetLike:
     """An opened dataset: ``ds_or_path`` itself, or `detfmt.open` of a path or URL."""
     if isinstance(ds_or_path, (str, os.PathLike)):
-        return api.open_dataset(ds_or_path, **(options or {}))
+        return opener.open_dataset(ds_or_path, **(options or {}))
     if options:
         raise UsageError("open_options apply when the loader opens a path or URL itself")
     if not isinstance(ds_or_path, DatasetLike):
@@ -123,7 +130,8 @@ class Loader:
     Args:
         ds_or_path: an open dataset (``detfmt.open``), a 1.0 directory, a sharded root (a
             directory with manifest.json, or a URL such as ``s3://b/ds``), or a list of those
-            mixed by ``weights`` (a `detfmt.mixture.Mixture`; batch indices are the mixture's).
+            mixed by ``weights`` (a `detfmt.reading.mixture.Mixture`; batch indices are the
+            mixture's).
         batch_size: samples per batch on this rank.
         shuffle: ``order="random"`` when True, ``"sequential"`` when False (unless ``order`` set).
         seed: the order's seed (SPEC §18); with ``set_epoch`` it fixes every batch, and the
@@ -224,7 +232,7 @@ class Loader:
                 raise UsageError(f"{name} must be callable, got {type(value).__name__}")
         self.ds = open_sources(ds_or_path, open_options, weights, epoch_length)
         if io == "mmap":
-            _kernel.load()  # the native raw gather, when numba is installed (a one-time cost)
+            kernel.load()  # the native raw gather, when numba is installed (a one-time cost)
         rank, world_size = default_rank_world(rank, world_size)
         if indices is not None:  # a subset, read in place (no copy of the dataset)
             if not (order is None or order in ("random", "sequential")) \

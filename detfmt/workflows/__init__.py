@@ -1,7 +1,8 @@
 """Dataset workflows: split, filter, remap, merge, statistics and export to YOLO / VOC.
 
 Every copying workflow writes a new 1.0 dataset whose image payloads are the source's bytes as
-stored (no decode, no re-encode; `detfmt.writer.write_stored`) with every per-box and per-image
+stored (no decode, no re-encode; `detfmt.writing.writer.write_stored`) with every per-box and
+per-image
 field, records the step in the dataset card's lineage, and takes any dataset (1.0 directory,
 sharded root, URL or opened dataset) as input. The CLI names are ``detfmt split | filter |
 remap | merge | stats | export yolo | export voc`` (docs/workflows.md).

@@ -1,7 +1,7 @@
 """Reading a source dataset sample by sample as stored payloads, for the copying workflows.
 
 Filter, remap, merge and split all copy samples of an opened dataset (any kind) into a new 1.0
-directory through `detfmt.writer.write_stored`: payload bytes as stored (checked against the
+directory through `detfmt.writing.writer.write_stored`: payload bytes as stored (checked against the
 source's checksums), labels read through the reader's checks, every per-box and per-image field
 kept. Labels are read a bounded block at a time, so a copy holds one payload and one block of
 labels in memory whatever the dataset's size.
@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 
 from detfmt import errors
-from detfmt.protocol import DatasetLike
-from detfmt.schema import ClassInfo
-from detfmt.writer import StoredSample, WriteReport, write_stored
+from detfmt.format.schema import ClassInfo
+from detfmt.reading.protocol import DatasetLike
+from detfmt.writing.writer import StoredSample, WriteReport, write_stored
 
 __all__ = ["Source", "box_field_specs", "check_not_empty", "class_index", "copy_samples",
            "label_blocks", "opened", "resolve_class", "stored_samples"]
@@ -34,7 +34,7 @@ MAX_BLOCK = 4096
 def opened(source: Source) -> Iterator[DatasetLike]:
     """The dataset ``source`` names (opened here and closed after), or ``source`` itself."""
     if isinstance(source, (str, os.PathLike)):
-        from detfmt.api import open_dataset
+        from detfmt.reading.opener import open_dataset
 
         ds = open_dataset(source)
         try:

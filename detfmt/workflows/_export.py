@@ -27,7 +27,7 @@ from typing import Literal
 import numpy as np
 
 from detfmt import errors
-from detfmt.protocol import DatasetLike
+from detfmt.reading.protocol import DatasetLike
 from detfmt.workflows._copy import Source, opened
 
 __all__ = ["MARKER", "ExportImages", "Part", "export_parts", "staged_folder"]
@@ -50,7 +50,7 @@ def export_parts(src: Source, default_split: str = "train") -> Iterator[list[Par
     """The datasets of ``src``: every split of a split root (``splits.json``), else the dataset
     itself under its card's split name (``card.split``) or ``default_split``."""
     if isinstance(src, (str, os.PathLike)):
-        from detfmt.api import read_split_index, split_location
+        from detfmt.reading.opener import read_split_index, split_location
 
         index = read_split_index(src)
         if index is not None:

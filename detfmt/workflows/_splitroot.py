@@ -40,7 +40,7 @@ def split_index(source: Source) -> dict[str, str] | None:
     """{split name: path} of a split root given by path or URL; None for anything else."""
     if not isinstance(source, (str, os.PathLike)):
         return None
-    from detfmt.api import read_split_index
+    from detfmt.reading.opener import read_split_index
 
     return read_split_index(source)
 
@@ -75,6 +75,6 @@ def refuse_per_split(option: str, given: Any) -> None:
 
 
 def located(source: Source, name: str) -> str:
-    from detfmt.api import split_location
+    from detfmt.reading.opener import split_location
 
     return split_location(source, name)  # type: ignore[arg-type]

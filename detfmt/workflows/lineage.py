@@ -14,9 +14,9 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from detfmt import spec
 from detfmt.convert.card import LINEAGE_KEY, read_lineage
-from detfmt.protocol import DatasetLike
+from detfmt.format import spec
+from detfmt.reading.protocol import DatasetLike
 
 __all__ = ["LINEAGE_BUDGET", "LINEAGE_KEY", "derived_metadata", "merged_metadata", "read_lineage",
            "source_entry"]

@@ -22,12 +22,12 @@ from pathlib import Path
 import numpy as np
 
 from detfmt import errors
-from detfmt.protocol import DatasetLike
-from detfmt.schema import ClassInfo
+from detfmt.format.schema import ClassInfo
+from detfmt.reading.protocol import DatasetLike
 from detfmt.workflows._copy import Source, opened, stored_samples
 from detfmt.workflows._splitroot import SplitsReport, for_each_split, located, split_index
 from detfmt.workflows.lineage import derived_metadata, merged_metadata, source_entry
-from detfmt.writer import StoredSample, WriteReport, write_stored
+from detfmt.writing.writer import StoredSample, WriteReport, write_stored
 
 __all__ = ["MergePlan", "MergeReport", "merge", "plan_merge"]
 

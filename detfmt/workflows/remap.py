@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from detfmt import errors
-from detfmt.schema import ClassInfo
+from detfmt.format.schema import ClassInfo
 from detfmt.workflows._copy import (
     Source,
     check_not_empty,
@@ -31,7 +31,7 @@ from detfmt.workflows._copy import (
 )
 from detfmt.workflows._splitroot import SplitsReport, for_each_split, located, split_index
 from detfmt.workflows.lineage import derived_metadata, source_entry
-from detfmt.writer import WriteReport
+from detfmt.writing.writer import WriteReport
 
 __all__ = ["RemapReport", "parse_mapping", "plan_remap", "remap"]
 
@@ -123,7 +123,7 @@ def remap(
 
     Returns:
         a `RemapReport` with the mapping applied. Payloads and every other field are copied as
-        stored (`detfmt.writer.write_stored`).
+        stored (`detfmt.writing.writer.write_stored`).
     """
     drop = [drop] if isinstance(drop, (str, bytes)) else list(drop)
     names = split_index(src)

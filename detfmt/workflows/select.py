@@ -22,7 +22,7 @@ from typing import Literal
 import numpy as np
 
 from detfmt import errors
-from detfmt.protocol import DatasetLike
+from detfmt.reading.protocol import DatasetLike
 from detfmt.workflows._copy import (
     Source,
     check_not_empty,
@@ -40,7 +40,7 @@ from detfmt.workflows._splitroot import (
     split_index,
 )
 from detfmt.workflows.lineage import derived_metadata, source_entry
-from detfmt.writer import WriteReport
+from detfmt.writing.writer import WriteReport
 
 __all__ = ["FilterReport", "filter_dataset", "read_indices", "select_indices"]
 
@@ -132,7 +132,7 @@ def filter_dataset(
     """Write the samples of ``src`` that pass the criteria into a new dataset at ``dst``.
 
     Payloads are copied byte for byte and every per-box and per-image field is kept (see
-    `detfmt.writer.write_stored`); ``dst`` records the step in its card's lineage. A split
+    `detfmt.writing.writer.write_stored`); ``dst`` records the step in its card's lineage. A split
     root (``splits.json``) is filtered split by split into a split root at ``dst``.
 
     Args:

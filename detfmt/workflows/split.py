@@ -27,12 +27,12 @@ import numpy as np
 import xxhash
 
 from detfmt import errors
-from detfmt.protocol import DatasetLike
+from detfmt.reading.protocol import DatasetLike
 from detfmt.workflows._copy import Source, copy_samples, label_blocks, opened
 from detfmt.workflows._splitroot import split_index
 from detfmt.workflows._stratify import assign_stratified, deviation
 from detfmt.workflows.lineage import derived_metadata, source_entry
-from detfmt.writer import WriteReport
+from detfmt.writing.writer import WriteReport
 
 __all__ = ["SplitReport", "split", "split_indices", "split_sizes"]
 

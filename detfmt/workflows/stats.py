@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from detfmt.protocol import DatasetLike
+from detfmt.reading.protocol import DatasetLike
 from detfmt.workflows._copy import Source, label_blocks, opened
 
 __all__ = ["PERCENTILES", "BoxTable", "compute_stats", "format_stats", "stats"]

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-import detfmt.writer
-from detfmt import _image
+import detfmt.writing.writer
+from detfmt.writing import image as _image
 
 SHARED = Path(os.environ.get("DETFMT_SHARED_DATA",
                              Path(__file__).resolve().parents[2].parent / "shared" / "data"))
@@ -49,7 +49,7 @@ def recorder(monkeypatch) -> Recorded:
                 sample["image"] = _image.load_rgb(sample["image"])
             recorded.samples.append(sample)
 
-    monkeypatch.setattr(detfmt.writer, "write", fake_write)
+    monkeypatch.setattr(detfmt.writing.writer, "write", fake_write)
     return recorded
 
 

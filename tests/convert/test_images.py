@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from detfmt import _image
 from detfmt.convert import from_coco, from_yolo
 from detfmt.errors import InvalidSampleError
+from detfmt.writing import image as _image
 from tests.convert.conftest import write_coco
 
 

@@ -15,9 +15,9 @@ import pytest
 from PIL import Image
 
 import detfmt
-from detfmt import _image
 from detfmt.convert import ConversionError, from_coco, from_voc, from_yolo, to_coco
 from detfmt.convert.voc import parse_voc_xml
+from detfmt.writing import image as _image
 from tests.convert.conftest import save_image, shared_dataset, write_coco
 
 SAMPLE = Path(detfmt.__file__).parent / "samples" / "chess"

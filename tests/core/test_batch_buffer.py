@@ -1,6 +1,6 @@
 """Dataset.batch_buffer / ShardedDataset.batch_buffer: page-aligned reusable out= buffers, and
 the buffers batch() allocates itself are page-aligned too (np.empty's 16-byte offset makes
-copies of a few hundred KB 3-5x slower; see detfmt/_buffers.py)."""
+copies of a few hundred KB 3-5x slower; see detfmt/reading/buffers.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import detfmt
-from detfmt._buffers import PAGE, aligned_empty
+from detfmt.reading.buffers import PAGE, aligned_empty
 from detfmt.shard.write import commit, write_partition
 
 

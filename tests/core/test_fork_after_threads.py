@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import detfmt
-from detfmt import gather
+from detfmt.reading import gather
 from tests.datasets import make_dataset, varied_shapes
 
 

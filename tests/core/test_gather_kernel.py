@@ -1,4 +1,5 @@
-"""The native raw gather (`detfmt._kernel`, numba) writes exactly the bytes of the numpy path:
+"""The native raw gather (`detfmt.reading.kernel`, numba) writes exactly the bytes of the numpy
+path:
 same images, same padding cleared after the previous batch of the buffer, same untouched bytes
 with ``pad_value=None``, for 1.0 directories and sharded roots, raw and decoded codecs, 1 and 2
 threads, with cached and with streaming (non-temporal) stores. Skipped where numba is not
@@ -9,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from detfmt import _kernel, errors
+from detfmt import errors
+from detfmt.reading import kernel as _kernel
 from tests.datasets import make_dataset, make_sharded_root, varied_shapes
 
 pytest.importorskip("numba")
@@ -73,7 +75,7 @@ def test_kernel_writes_the_bytes_of_the_numpy_path(tmp_path, paths, kind, codec,
 def test_kernel_copies_and_clears_at_any_alignment(stream):
     """Sources and rows at every offset modulo a cache line, lengths around line multiples:
     the streaming stores' head, whole-line and tail parts each land where they should."""
-    from detfmt._kernel_numba import gather_raw
+    from detfmt.reading.kernel_numba import gather_raw
 
     rng = np.random.default_rng(7)
     for _ in range(120):

@@ -81,7 +81,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_import_cycles():
     graph = import_graph()
-    assert len(graph) > 30 and "detfmt.gather" in graph["detfmt.reader"]
+    assert len(graph) > 30 and "detfmt.reading.gather" in graph["detfmt.reading.dataset"]
     assert cycles(graph) == []
 
 
@@ -110,7 +110,8 @@ for path in ({str(tmp_path / "ds")!r}, {str(tmp_path / "root")!r}):
     ds[0]; ds.batch([1, 0]); ds.labels([0])
 heavy = [m for m in sys.modules if m.split(".")[0] in
          ("PIL", "simplejpeg", "zstandard", "xxhash", "torch", "fsspec")
-         or m in ("detfmt.writer", "detfmt._prepare", "detfmt._image", "detfmt._codecs")]
+         or m in ("detfmt.writing.writer", "detfmt.writing.prepare", "detfmt.writing.image",
+         "detfmt.format.codecs")]
 assert not heavy, heavy
 """
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -120,8 +121,8 @@ def test_every_dataset_kind_satisfies_the_protocol(tmp_path):
     """DatasetLike is what every read path accepts: a method added to it must exist on every
     kind (a 1.0 directory, a sharded root, a mixture), or the Loader refuses that kind."""
     import detfmt
-    from detfmt.mixture import Mixture
-    from detfmt.protocol import DatasetLike
+    from detfmt.reading.mixture import Mixture
+    from detfmt.reading.protocol import DatasetLike
     from tests.datasets import make_dataset, make_sharded_root
 
     one = make_dataset(tmp_path / "a", [(8, 8)] * 3)

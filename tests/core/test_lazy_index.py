@@ -7,14 +7,15 @@ import numpy as np
 import pytest
 
 import detfmt
-from detfmt import _npy, spec, validate
+from detfmt.format import npy, spec
+from detfmt.format import rules as validate
 from tests.core.conftest import CLASSES, make_samples
 
 
 def corrupt_record(path, i, field, value):
     index_file = path / spec.INDEX_FILE
     raw = bytearray(index_file.read_bytes())
-    header = _npy.parse_header(bytes(raw[:4096]), len(raw), str(index_file))
+    header = npy.parse_header(bytes(raw[:4096]), len(raw), str(index_file))
     records = np.frombuffer(raw, spec.INDEX_DTYPE, offset=header.data_offset).copy()
     records[i][field] = value
     raw[header.data_offset :] = records.tobytes()
@@ -64,7 +65,7 @@ def test_counts_are_checked_per_chunk(tmp_path, small_chunks):
     detfmt.write(make_samples(20, seed=8), tmp_path / "ds", classes=CLASSES)
     path = tmp_path / "ds" / spec.COUNTS_FILE
     raw = bytearray(path.read_bytes())
-    header = _npy.parse_header(bytes(raw[:4096]), len(raw), str(path))
+    header = npy.parse_header(bytes(raw[:4096]), len(raw), str(path))
     raw[header.data_offset + 4 * 17 : header.data_offset + 4 * 18] = np.int32(99).tobytes()
     path.write_bytes(bytes(raw))
     ds = detfmt.open(tmp_path / "ds")

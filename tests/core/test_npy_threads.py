@@ -9,18 +9,18 @@ import time
 
 import numpy as np
 
-from detfmt import _npy
+from detfmt.format import npy
 
 
 def test_headers_parse_from_many_threads_with_thread_switches():
-    header = _npy.encode_header(np.dtype("<f4"), (1000, 300, 4))
+    header = npy.encode_header(np.dtype("<f4"), (1000, 300, 4))
     size = len(header) + 1000 * 300 * 4 * 4
     failures: list[BaseException] = []
 
     def parse() -> None:
         try:
             for _ in range(6000):
-                assert _npy.parse_header(header, size, "x.npy").shape == (1000, 300, 4)
+                assert npy.parse_header(header, size, "x.npy").shape == (1000, 300, 4)
         except BaseException as error:  # any failure fails the test below
             failures.append(error)
 

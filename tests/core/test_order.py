@@ -33,7 +33,7 @@ from detfmt.order import (
     sharded_epoch_order,
     splitmix64_stream,
 )
-from detfmt.shard.sharded import ShardWorkingSet
+from detfmt.reading.sharded import ShardWorkingSet
 
 M64 = (1 << 64) - 1
 GAMMA = 0x9E3779B97F4A7C15

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import detfmt
-from detfmt import _npy, spec
+from detfmt.format import npy, spec
 from tests.core.conftest import CLASSES, make_samples
 
 
@@ -140,7 +140,7 @@ def test_label_corruption_is_caught_when_read(dataset, tmp_path):
     i = next(i for i, s in enumerate(samples) if len(s["boxes"]))
     path = tmp_path / "ds" / spec.BOXES_FILE
     raw = bytearray(path.read_bytes())
-    header = _npy.parse_header(bytes(raw[:4096]), len(raw), str(path))
+    header = npy.parse_header(bytes(raw[:4096]), len(raw), str(path))
     m = ds.header.max_boxes
     offset = header.data_offset + (i * m * 4) * 4
     raw[offset : offset + 4] = np.float32(np.nan).tobytes()
@@ -164,9 +164,9 @@ def test_npy_files_load_with_numpy(dataset, tmp_path):
 def test_npy_header_is_numpy_compatible_and_aligned():
     for dtype, shape in [(np.dtype("<f4"), (3, 5, 4)), (spec.INDEX_DTYPE, (7,)),
                          (np.dtype("|u1"), (0, 0))]:
-        encoded = _npy.encode_header(dtype, shape)
+        encoded = npy.encode_header(dtype, shape)
         assert len(encoded) % 64 == 0
-        parsed = _npy.parse_header(encoded, len(encoded), "x.npy")
+        parsed = npy.parse_header(encoded, len(encoded), "x.npy")
         assert parsed.shape == shape and parsed.data_offset == len(encoded)
         import io
 

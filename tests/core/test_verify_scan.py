@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 import detfmt
-from detfmt import _verify
-from detfmt.members import PackedSource
-from detfmt.reader import Dataset
+from detfmt.reading import verify
+from detfmt.reading.dataset import Dataset
+from detfmt.reading.sources import PackedSource
 from tests.datasets import make_dataset, make_sharded_root, varied_shapes
 
 
@@ -37,9 +37,9 @@ def small_blocks(monkeypatch, request):
     bulk, or sample by sample (the two ways `_check_block` has); the file digests fed inline
     or by the helper thread (as for large files)."""
     bulk, threaded = request.param
-    monkeypatch.setattr(_verify, "_SCAN_BLOCK", 2048)
-    monkeypatch.setattr(_verify, "_BULK", bulk)
-    monkeypatch.setattr(_verify, "_THREADED_BYTES", 0 if threaded else 1 << 62)
+    monkeypatch.setattr(verify, "_SCAN_BLOCK", 2048)
+    monkeypatch.setattr(verify, "_BULK", bulk)
+    monkeypatch.setattr(verify, "_THREADED_BYTES", 0 if threaded else 1 << 62)
 
 
 def test_every_broken_payload_and_padding_byte_is_found_in_order(tmp_path, small_blocks):
@@ -97,9 +97,9 @@ def test_scan_matches_a_plain_digest_of_every_block_size(tmp_path, monkeypatch):
     expected = xxhash.xxh3_64_hexdigest(ds.blob_member.view)
     for block in (1, 64, 1000, 1 << 20):
         for threshold in (0, 1 << 62):  # the digests in the helper thread, then inline
-            monkeypatch.setattr(_verify, "_SCAN_BLOCK", block)
-            monkeypatch.setattr(_verify, "_THREADED_BYTES", threshold)
-            scan = _verify._scan_blob(ds, None)
+            monkeypatch.setattr(verify, "_SCAN_BLOCK", block)
+            monkeypatch.setattr(verify, "_THREADED_BYTES", threshold)
+            scan = verify._scan_blob(ds, None)
             assert scan.blob_digest == expected, (block, threshold)
             assert scan.violations == []
     assert np.all(ds.nbytes > 0)

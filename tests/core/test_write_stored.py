@@ -1,4 +1,4 @@
-"""``detfmt.writer.write_stored``: samples whose images are stored payloads, copied byte for
+"""``detfmt.writing.writer.write_stored``: samples whose images are stored payloads, copied byte for
 byte through the writer's pipeline (what filter, remap, merge and split share, issue 13)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import xxhash
 
 import detfmt
 from detfmt.errors import IntegrityError, InvalidSampleError, TargetExistsError, UsageError
-from detfmt.writer import StoredSample, write_stored
+from detfmt.writing.writer import StoredSample, write_stored
 from tests.core.conftest import CLASSES, make_samples
 
 

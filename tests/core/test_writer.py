@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 
 import detfmt
-from detfmt import spec
+from detfmt.format import spec
 from tests.core.conftest import CLASSES, make_samples
 
 
@@ -159,14 +159,14 @@ def test_a_failing_generator_leaves_nothing(tmp_path):
 
 
 def test_a_held_lock_is_a_typed_error(tmp_path):
-    from detfmt import _io
+    from detfmt import fileio
 
-    fd = _io.lock_target(tmp_path / "ds")
+    fd = fileio.lock_target(tmp_path / "ds")
     try:
         with pytest.raises(detfmt.TargetLockedError):
             detfmt.write(make_samples(1), tmp_path / "ds", classes=CLASSES)
     finally:
-        _io.unlock(fd)
+        fileio.unlock(fd)
 
 
 def test_workers_give_identical_bytes(tmp_path):
@@ -328,7 +328,7 @@ def test_write_report_repr_is_short(tmp_path):
 
 
 def test_write_options_one_validation(tmp_path):
-    from detfmt.options import WriteOptions
+    from detfmt.writing.options import WriteOptions
 
     options = WriteOptions(codec="zstd", fixed_size=16, box_fields={"iscrowd": "uint8"})
     assert options.fixed_size == (16, 16) and options.box_fields == (("iscrowd", "|u1"),)
@@ -364,9 +364,9 @@ def test_header_limit_is_checked_before_any_sample(tmp_path):
 def test_build_shard_equals_packing_the_directory(tmp_path):
     """The streaming shard builder writes exactly the canonical packing of what `write` writes:
     images first at a page boundary, the other members sorted, the TOC padded with spaces."""
-    from detfmt.members import PackedSource
-    from detfmt.shard.pack import pack_directory
-    from detfmt.writer import build_shard
+    from detfmt.format.pack import pack_directory
+    from detfmt.reading.sources import PackedSource
+    from detfmt.writing.writer import build_shard
 
     samples = make_samples(25, seed=9, fields=True)
     options = {"codec": "zstd", "box_fields": {"iscrowd": "uint8"}}
@@ -391,7 +391,7 @@ def test_build_shard_equals_packing_the_directory(tmp_path):
 
 
 def test_build_shard_failure_leaves_no_file(tmp_path):
-    from detfmt.writer import build_shard
+    from detfmt.writing.writer import build_shard
 
     samples = make_samples(5)
     samples[3] = one(boxes=[(1, 1, float("nan"), 5)])
@@ -409,7 +409,7 @@ def test_workers_get_only_samples_that_need_decoding(tmp_path, monkeypatch):
     """Arrays already at their stored size are written by the writer itself (pickling them to
     a worker and back only costs); encoded inputs go to workers; the order and the bytes are
     those of a serial write, even when the caller reuses its array buffer between samples."""
-    from detfmt import _processes
+    from detfmt.writing import processes as _processes
 
     started = []
     real_pool = _processes.process_pool
@@ -451,14 +451,14 @@ def test_workers_get_only_samples_that_need_decoding(tmp_path, monkeypatch):
 def test_spilled_spools_and_small_chunks_give_the_same_bytes(tmp_path, monkeypatch):
     """The bounded-memory paths (labels moved to scratch files, padded arrays written a few
     rows at a time, blocks flushed often) write exactly what the in-memory path writes."""
-    from detfmt import _builder
+    from detfmt.writing import builder
 
     samples = make_samples(300, seed=11, max_boxes=9, fields=True)
     options = {"box_fields": {"iscrowd": "uint8"}, "codec": "zstd"}
     detfmt.write(samples, tmp_path / "memory", classes=CLASSES, **options)
-    monkeypatch.setattr(_builder, "SPOOL_MEMORY", 1000)
-    monkeypatch.setattr(_builder, "CHUNK_BYTES", 700)
-    monkeypatch.setattr(_builder, "BLOCK", 7)
+    monkeypatch.setattr(builder, "SPOOL_MEMORY", 1000)
+    monkeypatch.setattr(builder, "CHUNK_BYTES", 700)
+    monkeypatch.setattr(builder, "BLOCK", 7)
     detfmt.write(samples, tmp_path / "spilled", classes=CLASSES, **options)
     names = detfmt.open(tmp_path / "memory").header.files
     for name in [*names, "header.json"]:
@@ -469,7 +469,7 @@ def test_spilled_spools_and_small_chunks_give_the_same_bytes(tmp_path, monkeypat
 def test_a_worker_that_dies_is_a_typed_error(tmp_path, monkeypatch):
     """A worker killed mid-sample (the OOM killer) fails the write with a WriteError, leaves
     nothing behind and does not hang."""
-    from detfmt import _image
+    from detfmt.writing import image as _image
 
     def die(*args, **kwargs):
         os._exit(9)

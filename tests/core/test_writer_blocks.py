@@ -1,4 +1,5 @@
-"""The block path for small raw arrays (`detfmt._blocks`): the same dataset, byte for byte, and
+"""The block path for small raw arrays (`detfmt.writing.blocks`): the same dataset, byte for byte,
+and
 the same errors naming the same samples, as preparing every sample alone."""
 
 from __future__ import annotations
@@ -11,23 +12,23 @@ import pytest
 from PIL import Image
 
 import detfmt
-from detfmt import _blocks, _builder
+from detfmt.writing import blocks, builder
 from tests.core.conftest import CLASSES
 
-BLOCK = _blocks.BLOCK_SAMPLES
+BLOCK = blocks.BLOCK_SAMPLES
 
 
 @pytest.fixture
 def blocks_appended(monkeypatch):
     """How many samples went through `DatasetBuilder.append_block` (the block path was taken)."""
     taken = []
-    real = _builder.DatasetBuilder.append_block
+    real = builder.DatasetBuilder.append_block
 
     def counting(self, block):
         taken.append(len(block))
         real(self, block)
 
-    monkeypatch.setattr(_builder.DatasetBuilder, "append_block", counting)
+    monkeypatch.setattr(builder.DatasetBuilder, "append_block", counting)
     return taken
 
 
@@ -37,7 +38,7 @@ def write_both(tmp_path, monkeypatch, make, **options):
     results = []
     for name in ("blocks", "alone"):
         if name == "alone":
-            monkeypatch.setattr(_blocks, "applies", lambda rules: False)
+            monkeypatch.setattr(blocks, "applies", lambda rules: False)
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -139,9 +140,9 @@ def varied(n, seed=0):
 
 @pytest.mark.parametrize("block", [BLOCK, 16, 1])
 def test_blocks_write_what_samples_alone_write(tmp_path, monkeypatch, blocks_appended, block):
-    monkeypatch.setattr(_blocks, "BLOCK_SAMPLES", block)
+    monkeypatch.setattr(blocks, "BLOCK_SAMPLES", block)
     if block == 1:
-        monkeypatch.setattr(_blocks, "MIN_BLOCK", 1)
+        monkeypatch.setattr(blocks, "MIN_BLOCK", 1)
     samples = varied(700)
     with_blocks, alone = write_both(tmp_path, monkeypatch, lambda: samples, clip=True)
     assert sum(blocks_appended) > 300, "the block path was not taken"
@@ -173,7 +174,7 @@ def test_an_error_names_its_sample_in_any_block(tmp_path, monkeypatch, position,
 
 
 def test_skipped_samples_are_the_same_in_blocks(tmp_path, monkeypatch, blocks_appended):
-    monkeypatch.setattr(_blocks, "BLOCK_SAMPLES", 64)
+    monkeypatch.setattr(blocks, "BLOCK_SAMPLES", 64)
     samples = tiny(300, seed=2)
     bad = [0, 1, 2, 30, 31, 63, 64, 65, 200, 299]
     rules = ["BOX_INVALID", "CLASS_RANGE", "BOX_OUT_OF_IMAGE", "BOX_OUT_OF_IMAGE/y"] * 3

@@ -46,20 +46,19 @@ def _slowed(fn: Any, delay: float) -> Any:
 
 
 def slow_down_io(delay: float) -> list[str]:
-    """Wrap every function of detfmt._io whose name says it moves or deletes things so it sleeps
+    """Wrap every function of detfmt.fileio whose name says it moves or deletes things so it sleeps
     ``delay`` before and after the real call; returns the wrapped names."""
-
-    from detfmt import _io
+    from detfmt import fileio
 
     wrapped = []
-    for name in dir(_io):
-        fn = getattr(_io, name)
+    for name in dir(fileio):
+        fn = getattr(fileio, name)
         if name.startswith("_") or not callable(fn) or isinstance(fn, type):
             continue
         if not any(w in name for w in SLOW_WORDS):
             continue
 
-        setattr(_io, name, _slowed(fn, delay))
+        setattr(fileio, name, _slowed(fn, delay))
         wrapped.append(name)
     return wrapped
 
@@ -76,12 +75,12 @@ def child_write(target: str, seed: int, overwrite: bool, delay: float,
     if nonatomic:
         import errno
 
-        from detfmt import _io
+        from detfmt import fileio
 
         def no_exchange(source: str, target: str) -> None:
             raise OSError(errno.ENOSYS, "no RENAME_EXCHANGE (test)")
 
-        _io.rename_exchange = no_exchange
+        fileio.rename_exchange = no_exchange
     if delay > 0:
         slow_down_io(delay)
     try:

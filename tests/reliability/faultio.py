@@ -1,6 +1,6 @@
-"""Fault injection into detfmt._io, the one module every writer filesystem call goes through.
+"""Fault injection into detfmt.fileio, the one module every writer filesystem call goes through.
 
-``FaultyIO(fail_at=N, errno=E)`` patches the primitive calls of ``detfmt._io`` (open, write,
+``FaultyIO(fail_at=N, errno=E)`` patches the primitive calls of ``detfmt.fileio`` (open, write,
 fsync, close, mkdir, unlink, renames, tree removal) so that the N-th of them raises
 ``OSError(E)``; every call is logged with its arguments so tests can also check the durability
 order. Composite helpers (``fsync_dir``, ``publish_*``, ``OutputFile``) look the primitives up at
@@ -32,9 +32,9 @@ class FaultyIO:
     """Context manager: count, log, and fail the ``fail_at``-th primitive call."""
 
     def __init__(self, fail_at: int | None = None, errno: int = 0) -> None:
-        from detfmt import _io
+        from detfmt import fileio
 
-        self.io = _io
+        self.io = fileio
         self.fail_at = fail_at
         self.errno = errno
         self.count = 0

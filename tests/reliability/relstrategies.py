@@ -149,8 +149,8 @@ MANIFEST_INT_PATHS = ("num_samples", "shards/0/num_samples", "shards/1/first_ind
 def shard_regions(path: Path) -> dict[str, list[tuple[int, int]]]:
     """Byte ranges [start, end) of a valid packed shard by role (prefix, TOC, zero padding,
     member bodies, the last 64 bytes), so mutations can aim at each part of S-9/S-10."""
-    from detfmt.members import PackedSource
-    from detfmt.spec import PACK_PREFIX as PREFIX
+    from detfmt.format.spec import PACK_PREFIX as PREFIX
+    from detfmt.reading.sources import PackedSource
 
     size = path.stat().st_size
     members = PackedSource(path).entries.values()

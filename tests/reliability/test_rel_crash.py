@@ -69,15 +69,15 @@ def test_cleanup_keeps_a_live_writers_temporaries(suffix: str, tmp_path: Path) -
     """A writer that is still running (it holds the target's lock) keeps its temporary
     directory, including the '-old' copy the two-rename fallback parks the old dataset in."""
     import detfmt
-    from detfmt import _io
+    from detfmt import fileio
 
     leftover = tmp_path / f".detfmt-tmp-my-ds-{12345}-cafe0123{suffix}"
     leftover.mkdir()
-    fd = _io.lock_target(tmp_path / "my-ds")
+    fd = fileio.lock_target(tmp_path / "my-ds")
     try:
         assert detfmt.cleanup(tmp_path) == []
         assert leftover.exists()
     finally:
-        _io.unlock(fd)
+        fileio.unlock(fd)
     assert detfmt.cleanup(tmp_path) == [leftover]
     assert sorted(p.name for p in tmp_path.iterdir()) == [".my-ds.detfmt-lock"]

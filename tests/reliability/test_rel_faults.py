@@ -36,13 +36,13 @@ def write(target: Path, overwrite: bool) -> None:
 
 
 def lock_is_free(target: Path) -> bool:
-    from detfmt import _io
+    from detfmt import fileio
 
     try:
-        fd = _io.lock_target(target)
+        fd = fileio.lock_target(target)
     except BlockingIOError:
         return False
-    _io.unlock(fd)
+    fileio.unlock(fd)
     return True
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import detfmt
-from detfmt.gather import PADDING_FACTOR, PADDING_LIMIT, check_padding
+from detfmt.reading.gather import PADDING_FACTOR, PADDING_LIMIT, check_padding
 
 BIG = 7  # the index of the 4096x4096 image among 16x16 ones
 

@@ -103,7 +103,7 @@ import stat  # noqa: E402
 import subprocess  # noqa: E402
 
 from detfmt.errors import CacheError  # noqa: E402
-from detfmt.shard.cache import default_cache_dir  # noqa: E402
+from detfmt.reading.cache import default_cache_dir  # noqa: E402
 
 
 def _cached_name(root: Path, k: int) -> str:

@@ -18,9 +18,9 @@ import relharness as rh
 
 import detfmt
 from detfmt.errors import CommitConflictError, TargetExistsError
-from detfmt.shard.manifest import read_manifest
 from detfmt.shard.remote import upload
 from detfmt.shard.write import commit, end_write, generation, write_shard
+from detfmt.storage import read_manifest
 
 FORK = mp.get_context("fork")
 BOX_FIELDS = {"iscrowd": "|u1"}

@@ -93,17 +93,17 @@ def test_target_appearing_during_the_write_is_target_exists(tmp_path: Path,
     """Case 25: someone (not a detfmt writer: no lock) creates the target while we write; the
     no-replace rename refuses it and the writer says TargetExistsError, not a generic error."""
     import detfmt
-    from detfmt import _io
+    from detfmt import fileio
 
     target = tmp_path / "ds"
-    real = _io.rename_noreplace
+    real = fileio.rename_noreplace
 
     def intruder_first(source: str, dest: str) -> None:
         os.mkdir(dest)
         (Path(dest) / "theirs.txt").write_text("not yours")
         real(source, dest)
 
-    monkeypatch.setattr(_io, "rename_noreplace", intruder_first)
+    monkeypatch.setattr(fileio, "rename_noreplace", intruder_first)
     with pytest.raises(detfmt.TargetExistsError) as info:
         write(rh.make_samples(2, 1), target)
     assert info.value.rule == "TARGET_EXISTS"
@@ -116,11 +116,11 @@ def test_failure_after_the_switch_says_so(tmp_path: Path, monkeypatch: pytest.Mo
     """Case 27: if fsync of the parent fails after the atomic exchange, the error must not claim
     the target is untouched: the new dataset is in place (and the old one is gone)."""
     import detfmt
-    from detfmt import _io
+    from detfmt import fileio
 
     target = tmp_path / "ds"
     rh.build_dataset(target, n=2, seed=1)
-    real = _io.fsync_dir
+    real = fileio.fsync_dir
     calls: list[str] = []
 
     def failing_parent_sync(path: str) -> None:
@@ -129,7 +129,7 @@ def test_failure_after_the_switch_says_so(tmp_path: Path, monkeypatch: pytest.Mo
             raise OSError(errno.EIO, os.strerror(errno.EIO), path)
         real(path)
 
-    monkeypatch.setattr(_io, "fsync_dir", failing_parent_sync)
+    monkeypatch.setattr(fileio, "fsync_dir", failing_parent_sync)
     with pytest.raises(detfmt.WriteError) as info:
         write(rh.make_samples(3, 2), target, overwrite=True)
     assert info.value.errno == errno.EIO
@@ -158,7 +158,7 @@ def test_two_rename_fallback_restores_the_old_dataset(tmp_path: Path,
     target). If the second fails, the old dataset must be put back, not left in a directory
     that looks like a temporary (and that `detfmt cleanup` would delete)."""
     import detfmt
-    from detfmt import _io
+    from detfmt import fileio
 
     target = tmp_path / "ds"
     rh.build_dataset(target, n=2, seed=1)
@@ -167,7 +167,7 @@ def test_two_rename_fallback_restores_the_old_dataset(tmp_path: Path,
     def no_exchange(source: str, dest: str) -> None:
         raise OSError(errno.ENOSYS, "no RENAME_EXCHANGE (test)")
 
-    real_rename = _io.rename
+    real_rename = fileio.rename
     count = []
 
     def second_rename_fails(source: str, dest: str) -> None:
@@ -176,8 +176,8 @@ def test_two_rename_fallback_restores_the_old_dataset(tmp_path: Path,
             raise OSError(errno.EIO, os.strerror(errno.EIO), source)
         real_rename(source, dest)
 
-    monkeypatch.setattr(_io, "rename_exchange", no_exchange)
-    monkeypatch.setattr(_io, "rename", second_rename_fails)
+    monkeypatch.setattr(fileio, "rename_exchange", no_exchange)
+    monkeypatch.setattr(fileio, "rename", second_rename_fails)
     with pytest.warns(UserWarning, match="no atomic directory exchange"), \
             pytest.raises(detfmt.WriteError):
         write(rh.make_samples(3, 2), target, overwrite=True)

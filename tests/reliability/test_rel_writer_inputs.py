@@ -139,7 +139,7 @@ def _progressive_jpeg(extra_scans: int) -> bytes:
 
 def test_progressive_jpeg_scans_are_bounded(tmp_path: Path) -> None:
     import detfmt
-    from detfmt import _image
+    from detfmt.writing import image as _image
 
     normal = _progressive_jpeg(0)
     assert 1 < _image.count_jpeg_scans(normal) <= 20
@@ -159,7 +159,7 @@ PEAK_CHILD = """
 import io, sys
 import numpy as np
 from PIL import Image
-from detfmt import _image
+from detfmt.writing import image as _image
 kind, height, width = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 rng = np.random.default_rng(0)
 small = rng.integers(0, 256, (height // 16 + 1, width // 16 + 1, 3), dtype=np.uint8)
@@ -207,7 +207,7 @@ import os, sys
 sys.path.insert(0, sys.argv[2])
 import relharness as rh
 import detfmt
-from detfmt.writer import build_shard
+from detfmt.writing.writer import build_shard
 os.umask(int(sys.argv[3], 8))
 root = sys.argv[1]
 rh.build_dataset(os.path.join(root, "sub", "ds"), n=3)
@@ -266,16 +266,16 @@ def test_overwrite_never_deletes_a_file_that_appears_during_the_write(
     """A file dropped into the old dataset after the writer checked it survives the
     replacement (kept in the old copy, which is then left for the user, with a warning)."""
     import detfmt
-    from detfmt import _io
+    from detfmt import fileio
 
     target = rh.build_dataset(tmp_path / "ds", n=2)
-    real = _io.rename_exchange
+    real = fileio.rename_exchange
 
     def drop_then_exchange(source: str, dest: str) -> None:
         Path(dest, "late.txt").write_text("keep me")
         real(source, dest)
 
-    monkeypatch.setattr(_io, "rename_exchange", drop_then_exchange)
+    monkeypatch.setattr(fileio, "rename_exchange", drop_then_exchange)
     with pytest.warns(UserWarning, match="could not be removed"):
         write(rh.make_samples(3, seed=4), target, overwrite=True)
     with detfmt.open(target) as ds:

@@ -19,7 +19,7 @@ from detfmt.errors import (
     IncompatibleDatasetsError,
     TargetExistsError,
 )
-from detfmt.members import PackedSource
+from detfmt.reading.sources import PackedSource
 from detfmt.shard.append import append
 
 

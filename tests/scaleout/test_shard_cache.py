@@ -9,12 +9,12 @@ import pytest
 import xxhash
 
 from detfmt.errors import ShardChecksumError
-from detfmt.shard.manifest import ShardInfo
+from detfmt.format.manifest import ShardInfo
 from tests.forking import run_forked
 
 fsspec = pytest.importorskip("fsspec")
 
-from detfmt.shard.cache import ShardCache  # noqa: E402
+from detfmt.reading.cache import ShardCache  # noqa: E402
 from detfmt.storage import open_storage  # noqa: E402
 
 
@@ -105,7 +105,7 @@ def test_cache_smaller_than_window_does_not_deadlock(tmp_path):
 
 
 def _fetch_in_a_fresh_process(tmp_path, remote, shard, out):
-    import detfmt.shard.cache as cache_module
+    import detfmt.reading.cache as cache_module
 
     cache_module._verified.clear()  # forget what the parent verified: only the stamp is left
     cache = new_cache(tmp_path, remote)
@@ -240,7 +240,7 @@ def test_fetch_over_http_range_server(tmp_path):
 def test_a_child_forked_while_the_parent_holds_the_verified_lock_still_fetches(tmp_path):
     """A fork while a parent thread is inside the verified-files lock (a prefetch checking a
     file): the child's own fetches must not wait on a lock no thread of it will release."""
-    from detfmt.shard import cache as cache_module
+    from detfmt.reading import cache as cache_module
 
     remote, shards = make_remote(tmp_path, n=2)
     with cache_module._verified_lock:  # held across the fork, as by a parent's prefetch

@@ -16,17 +16,16 @@ from detfmt.errors import (
     UnsafePathError,
     UnsupportedVersionError,
 )
-from detfmt.members import PackedSource
-from detfmt.shard.manifest import (
+from detfmt.format.manifest import (
     Manifest,
     Schema,
     ShardInfo,
     decode_manifest,
     encode_manifest,
-    publish_manifest,
-    read_manifest,
 )
-from detfmt.shard.pack import MAGIC, align64, pack_directory
+from detfmt.format.pack import MAGIC, align64, pack_directory
+from detfmt.reading.sources import PackedSource
+from detfmt.storage import publish_manifest, read_manifest
 
 
 def make_manifest(**over):

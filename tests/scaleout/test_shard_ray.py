@@ -10,13 +10,13 @@ import pytest
 from shardkit import CLASSES, make_samples
 
 import detfmt
-from detfmt.shard.manifest import MANIFEST_NAME
+from detfmt.format.manifest import MANIFEST_NAME
 from detfmt.shard.write import commit, write_partition
 
 ray = pytest.importorskip("ray")
 pytest.importorskip("ray.data")
 
-from detfmt.ray import DetfmtDatasink, read_detfmt  # noqa: E402
+from detfmt.integrations.ray import DetfmtDatasink, read_detfmt  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # a hang fails, not blocks CI
 

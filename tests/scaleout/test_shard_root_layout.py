@@ -10,7 +10,7 @@ from shardkit import CLASSES, make_samples, write_partitioned
 import detfmt
 from detfmt import verify as verify_sharded
 from detfmt.errors import LayoutError, RootLayoutError
-from detfmt.shard.sharded import ShardedDataset
+from detfmt.reading.sharded import ShardedDataset
 
 
 @pytest.fixture()

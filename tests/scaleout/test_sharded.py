@@ -18,8 +18,9 @@ from detfmt.errors import (
     UnsupportedVersionError,
     UsageError,
 )
-from detfmt.shard.manifest import MANIFEST_NAME, read_manifest
+from detfmt.format.manifest import MANIFEST_NAME
 from detfmt.shard.write import commit, end_write, gc, shard_path, write_shard
+from detfmt.storage import read_manifest
 
 SIZES = [(1, 5), (2, 0), (3, 7), (4, 4)]
 

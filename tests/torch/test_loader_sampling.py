@@ -13,8 +13,8 @@ import pytest
 
 import detfmt
 from detfmt.errors import ClassNamesMismatchError, UsageError
-from detfmt.mixture import Mixture
 from detfmt.order import SubsetOrder, repeat_factors
+from detfmt.reading.mixture import Mixture
 from detfmt.torch import Loader
 from tests.datasets import make_dataset, make_sharded_root, sample_labels, varied_shapes
 

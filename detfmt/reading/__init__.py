@@ -1,0 +1,3 @@
+"""The read engine: member sources, `Dataset`, the gather engine, sharded and mixture
+datasets, the shard cache, `open` and `verify`. Built on `detfmt.format`.
+"""
