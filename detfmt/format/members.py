@@ -19,11 +19,12 @@ from detfmt.format.schema import ArrayInfo, BoxField, ClassInfo, FileInfo, Heade
 from detfmt.version import __version__
 
 __all__ = ["ArraySpec", "HeaderOptions", "array_specs", "build_header", "encode_header",
-           "member_names"]
+           "member_names", "member_table"]
 
-IMAGE_FIELDS = ("orig_size", "scale_offset", "source_id", "file_name")
-NAMES_FILE = "file_name.bin"
-NAME_OFFSETS_FILE = "file_name.offsets.npy"
+#: the per-image fields this writer records (all of SPEC §10.3's)
+IMAGE_FIELDS = spec.IMAGE_FIELDS
+NAMES_FILE = spec.string_field_bytes("file_name")
+NAME_OFFSETS_FILE = spec.image_field_array("file_name")
 WRITER = f"detfmt-python {__version__}"
 #: the largest number a header or table of contents can hold (u64: 20 digits)
 MAX_NUMBER = 10**20 - 1
@@ -69,24 +70,35 @@ class ArraySpec(msgspec.Struct, frozen=True):
                          shape=list(self.shape))
 
 
+def member_table(n: int, m: int, box_fields: Sequence[tuple[str, str]],
+                 image_fields: Sequence[str], num_boxes: int | None = None,
+                 ) -> list[tuple[str, str, tuple[int, ...]]]:
+    """THE member table (SPEC §6, §10): (name, dtype descr, shape) of every .npy member of a
+    dataset with N samples, M box slots, these per-box and per-image fields; with ``num_boxes``
+    (T), the labels in the ragged layout (§10.2). The index's descr is ``"index"`` (its record
+    dtype is `spec.INDEX_DTYPE`). The checks, the writer and verify all read it from here."""
+    slots: tuple[int, ...] = (n, m) if num_boxes is None else (num_boxes,)
+    table = [
+        (spec.INDEX_FILE, "index", (n,)),
+        (spec.COUNTS_FILE, spec.LABEL_DTYPES[spec.COUNTS_FILE], (n,)),
+        (spec.BOXES_FILE, spec.LABEL_DTYPES[spec.BOXES_FILE], (*slots, 4)),
+        (spec.CLASSES_FILE, spec.LABEL_DTYPES[spec.CLASSES_FILE], slots),
+        *((spec.box_field_file(name), descr, slots) for name, descr in box_fields),
+    ]
+    for name in image_fields:
+        if name in spec.STRING_FIELDS:
+            table.append((spec.image_field_array(name), spec.STRING_OFFSETS_DTYPE, (n + 1,)))
+        else:
+            descr, tail = spec.IMAGE_FIELD_ARRAYS[name]
+            table.append((spec.image_field_array(name), descr, (n, *tail)))
+    return table
+
+
 def array_specs(n: int, m: int, box_fields: Sequence[tuple[str, str]],
                 num_boxes: int | None = None) -> list[ArraySpec]:
-    """Every .npy member of a dataset with N samples, M box slots and these per-box fields;
-    with ``num_boxes`` (T), the labels in the ragged layout (SPEC §10.2)."""
-    slots: tuple[int, ...] = (n, m) if num_boxes is None else (num_boxes,)
-    arrays = [
-        ArraySpec(spec.INDEX_FILE, spec.INDEX_DTYPE, (n,)),
-        ArraySpec(spec.COUNTS_FILE, np.dtype("<i4"), (n,)),
-        ArraySpec(spec.BOXES_FILE, np.dtype("<f4"), (*slots, 4)),
-        ArraySpec(spec.CLASSES_FILE, np.dtype("<i4"), slots),
-        *(ArraySpec(spec.box_field_file(name), np.dtype(descr), slots)
-          for name, descr in box_fields),
-        ArraySpec("orig_size.npy", np.dtype("<u4"), (n, 2)),
-        ArraySpec("scale_offset.npy", np.dtype("<f8"), (n, 4)),
-        ArraySpec("source_id.npy", np.dtype("<i8"), (n,)),
-        ArraySpec(NAME_OFFSETS_FILE, np.dtype("<u8"), (n + 1,)),
-    ]
-    return arrays
+    """Every .npy member this writer writes (`member_table` with all per-image fields)."""
+    return [ArraySpec(name, spec.INDEX_DTYPE if descr == "index" else np.dtype(descr), shape)
+            for name, descr, shape in member_table(n, m, box_fields, IMAGE_FIELDS, num_boxes)]
 
 
 def member_names(box_fields: Sequence[tuple[str, str]]) -> list[str]:

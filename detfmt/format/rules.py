@@ -15,6 +15,7 @@ import numpy as np
 
 from detfmt import errors
 from detfmt.format import jsonprofile, spec
+from detfmt.format.members import member_table
 from detfmt.format.schema import Header
 
 __all__ = ["Violation", "check_index", "check_labels", "expected_arrays", "parse_header"]
@@ -83,23 +84,11 @@ def _check_identity(raw: dict, path: str) -> None:
 def expected_arrays(header: Header) -> dict[str, tuple[str, tuple[int, ...]]]:
     """Every .npy member the header implies, with its exact dtype descr and shape, in byte-wise
     name order. Labels are (N, M, 4) and (N, M), or (T, 4) and (T,) when ragged (SPEC §10.2)."""
-    n, m = header.num_samples, header.max_boxes
-    slots: tuple[int, ...] = (_num_boxes(header),) if header.ragged else (n, m)
-    arrays: dict[str, tuple[str, tuple[int, ...]]] = {
-        spec.INDEX_FILE: ("index", (n,)),
-        spec.BOXES_FILE: (spec.LABEL_DTYPES[spec.BOXES_FILE], (*slots, 4)),
-        spec.CLASSES_FILE: (spec.LABEL_DTYPES[spec.CLASSES_FILE], slots),
-        spec.COUNTS_FILE: (spec.LABEL_DTYPES[spec.COUNTS_FILE], (n,)),
-    }
-    for field in header.box_fields:
-        arrays[spec.box_field_file(field.name)] = (field.dtype, slots)
-    for name in header.image_fields:
-        if name in spec.STRING_FIELDS:
-            arrays[f"{name}.offsets.npy"] = (spec.STRING_OFFSETS_DTYPE, (n + 1,))
-        else:
-            dtype, tail = spec.IMAGE_FIELD_ARRAYS[name]
-            arrays[f"{name}.npy"] = (dtype, (n, *tail))
-    return dict(sorted(arrays.items()))  # SPEC §12: members are checked in byte-wise name order
+    table = member_table(header.num_samples, header.max_boxes,
+                         [(field.name, field.dtype) for field in header.box_fields],
+                         header.image_fields, _num_boxes(header) if header.ragged else None)
+    # SPEC §12: members are checked in byte-wise name order
+    return {name: (descr, shape) for name, descr, shape in sorted(table)}
 
 
 def _num_boxes(header: Header) -> int:

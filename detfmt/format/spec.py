@@ -116,8 +116,18 @@ def box_field_file(name: str) -> str:
 def image_field_files(name: str) -> tuple[str, ...]:
     """File names of an optional per-image field."""
     if name in STRING_FIELDS:
-        return (f"{name}.bin", f"{name}.offsets.npy")
-    return (f"{name}.npy",)
+        return (string_field_bytes(name), image_field_array(name))
+    return (image_field_array(name),)
+
+
+def image_field_array(name: str) -> str:
+    """The .npy member of a per-image field: its values, or a string field's offsets."""
+    return f"{name}.offsets.npy" if name in STRING_FIELDS else f"{name}.npy"
+
+
+def string_field_bytes(name: str) -> str:
+    """The member holding a string field's UTF-8 bytes back to back."""
+    return f"{name}.bin"
 
 
 def align_up(value: int, alignment: int = ALIGNMENT) -> int:

@@ -95,17 +95,17 @@ class Dataset(EpochIteration):
         self.stored_box_fields: dict[str, np.ndarray] = {
             f.name: arrays[spec.box_field_file(f.name)] for f in header.box_fields}
         self.image_fields: dict[str, np.ndarray] = {
-            name: arrays[f"{name}.npy"] for name in header.image_fields
+            name: arrays[spec.image_field_array(name)] for name in header.image_fields
             if name not in spec.STRING_FIELDS}
         self._strings: dict[str, tuple[np.ndarray, Member]] = {}
         for name in header.image_fields:
             if name in spec.STRING_FIELDS:
-                offsets = arrays[f"{name}.offsets.npy"]
-                text = members[f"{name}.bin"]
+                offsets = arrays[spec.image_field_array(name)]
+                text = members[spec.string_field_bytes(name)]
                 if int(offsets[0]) != 0 or int(offsets[-1]) != text.size:  # O(1) at open;
                     raise errors.LayoutError(  # each string is checked when read
                         f"string offsets must run from 0 to {text.size}", rule="OFFSETS_BOUNDS",
-                        path=members[f"{name}.offsets.npy"].path)
+                        path=members[spec.image_field_array(name)].path)
                 self._strings[name] = (offsets, text)
         self.blob_member = blob
         #: images.bin as a flat, read-only uint8 array: a zero-copy view of the reader's own
@@ -517,11 +517,11 @@ class Dataset(EpochIteration):
         if not start <= end <= member.size:
             raise errors.LayoutError(f"{name} offsets [{start}, {end}) are decreasing or past the "
                                      f"{member.size}-byte file", rule="OFFSETS_NON_MONOTONIC",
-                                     path=self.member_path(f"{name}.offsets.npy"), index=i)
+                                     path=self.member_path(spec.image_field_array(name)), index=i)
         if end - start > spec.MAX_STRING_BYTES:
             raise errors.LayoutError(f"{name} is {end - start} bytes, over the "
                                      f"{spec.MAX_STRING_BYTES}-byte limit", rule="LIMIT_EXCEEDED",
-                                     path=self.member_path(f"{name}.offsets.npy"), index=i)
+                                     path=self.member_path(spec.image_field_array(name)), index=i)
         try:
             return member.slice(start, end).decode("utf-8")
         except UnicodeDecodeError as error:

@@ -339,19 +339,21 @@ def _check_image_fields(dataset: Dataset, report: VerifyReport) -> None:
     if "orig_size" in fields:
         bad = np.flatnonzero((fields["orig_size"] < 1).any(axis=1))
         if bad.size:
-            report.add(Violation("IMAGE_FIELD", dataset.member_path("orig_size.npy"),
+            where = dataset.member_path(spec.image_field_array("orig_size"))
+            report.add(Violation("IMAGE_FIELD", where,
                                  "orig_size must be positive", int(bad[0])))
     if "scale_offset" in fields:
         values = fields["scale_offset"]
         bad = np.flatnonzero(~np.isfinite(values).all(axis=1) | (values[:, :2] <= 0).any(axis=1))
         if bad.size:
-            report.add(Violation("IMAGE_FIELD", dataset.member_path("scale_offset.npy"),
+            where = dataset.member_path(spec.image_field_array("scale_offset"))
+            report.add(Violation("IMAGE_FIELD", where,
                                  "scale_offset must be finite with positive scales", int(bad[0])))
     for name in dataset.header.image_fields:
         if name not in spec.STRING_FIELDS:
             continue
-        offsets_path = dataset.member_path(f"{name}.offsets.npy")
-        text = dataset.members[f"{name}.bin"]
+        offsets_path = dataset.member_path(spec.image_field_array(name))
+        text = dataset.members[spec.string_field_bytes(name)]
         offsets = dataset.string_offsets(name)
         problems = list(rules.check_string_offsets(offsets, text.size, offsets_path))
         for violation in problems:

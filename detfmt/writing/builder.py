@@ -283,9 +283,10 @@ class DatasetBuilder:
         header_size = len(members.encode_header(draft))
         sink.plan({**sizes, spec.HEADER_FILE: header_size})
         files = {spec.BLOB_FILE: sink.close_member(self.blob)}
+        per_image = {"orig_size": self.orig_size, "scale_offset": self.scale_offset,
+                     "source_id": self.source_id, "file_name": self.name_ends}
         flat = {spec.INDEX_FILE: self.index, spec.COUNTS_FILE: self.counts,
-                "orig_size.npy": self.orig_size, "scale_offset.npy": self.scale_offset,
-                "source_id.npy": self.source_id, members.NAME_OFFSETS_FILE: self.name_ends}
+                **{spec.image_field_array(name): per_image[name] for name in members.IMAGE_FIELDS}}
         padded = {spec.BOXES_FILE: (self.boxes, 4, 0), spec.CLASSES_FILE:
                   (self.classes, 1, spec.CLASS_PADDING)}
         for spool, (name, _) in zip(self.fields, self.options.box_fields, strict=True):
