@@ -1,4 +1,4 @@
-"""Writing packed shard files (SPEC §19.4): one immutable file holding a whole 1.0 dataset.
+"""Packed shard files (SPEC §19.4): one immutable file holding a whole 1.0 dataset.
 
 Members sit at 64-byte-aligned offsets behind a small JSON table of contents, so a shard travels
 as one object (one GET) and, once local, each member is memory-mapped in place. The table of

@@ -1,9 +1,7 @@
-"""Sharded roots (SPEC.md §19, format 1.1): a manifest naming packed shard files.
+"""Operations on sharded roots (SPEC.md §19): writing shards and committing them (``write``,
+``session``), ``append``, ``gc`` and ``remote`` (object-store roots).
 
-Modules: ``manifest`` (the only source of truth), ``pack`` (one file per shard), ``sharded``
-(reading a root: one `ShardedDataset` over local and remote storage), ``write``/``append``/
-``session`` (write-shard and commit), ``gc``, ``cache`` and ``remote``. The epoch order lives in
-`detfmt.order` and the gather engine in `detfmt.reading.gather`, shared with 1.0 directories.
-Nothing
-here imports torch or ray; fsspec only for remote roots.
+The manifest and the packed-shard layout are defined in `detfmt.format` (``manifest``, ``pack``);
+reading a sharded root is `detfmt.reading.sharded`, its shard cache `detfmt.reading.cache`.
+Nothing here imports torch or ray; fsspec only for remote roots.
 """
