@@ -91,13 +91,13 @@ class Digest:
     xxh3_64: str
 
 
-class Sink(Protocol):
+class SupportsWrite(Protocol):
     """Where `copy_digest` copies to: anything with ``write(bytes)``."""
 
     def write(self, data: bytes, /) -> object: ...
 
 
-def copy_digest(src: BinaryIO, dst: Sink | None = None, *,
+def copy_digest(src: BinaryIO, dst: SupportsWrite | None = None, *,
                 limit: int | None = None) -> Digest:
     """Hash ``src`` to its end (copying it to ``dst`` when given): the one whole-file digest loop.
 
