@@ -13,6 +13,11 @@ __all__ = ["register"]
 
 #: Library phrases that have their own CLI spelling (detfmt/cli.py rewrites the rest).
 CLI_PHRASES = {
+    "split={name: (json, images folder)}": "--split NAME=ANN.json:IMAGES_DIR",
+    "follow them with symlinks='follow'": "--no-follow-symlinks refuses them; leave it out to "
+    "follow them",
+    "pass annotations=": "pass --annotations",
+    "pass images=": "pass --images",
     "split={name: path}": "--split NAME=PATH",
     "split=NAME": "--split NAME",
     "card description": "--description",
@@ -64,14 +69,26 @@ def _split_spec(values: list[str] | None) -> Any:
         raise ConversionError("--split takes either names (--split val) or definitions "
                               "(--split val=FILE), not both", rule="USAGE")
     if all(defined):
-        spec: dict[str, str] = {}
+        spec: dict[str, Any] = {}
         for value in values:
             name, path = value.split("=", 1)
             if name in spec:
                 raise ConversionError(f"--split {name} is defined twice", rule="USAGE")
-            spec[name] = path
+            spec[name] = _definition(path)
         return spec
     return values
+
+
+def _definition(path: str) -> str | tuple[str, str]:
+    """``PATH`` or ``PATH:FOLDER`` (COCO: annotation file and its image folder; YOLO: image
+    folder and its label folder); a path that exists as written is never split at a colon."""
+    if ":" not in path or os.path.exists(path):
+        return path
+    first, second = path.rsplit(":", 1)
+    if not first or not second:
+        raise ConversionError(f"--split NAME={path}: expected PATH or PATH:FOLDER",
+                              rule="USAGE")
+    return first, second
 
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:
@@ -90,6 +107,7 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
         "allow_empty": args.allow_empty,
         "card": card or None,
         "fingerprint": not args.no_fingerprint,
+        "symlinks": "refuse" if args.no_follow_symlinks else "follow",
     }
 
 
@@ -113,11 +131,14 @@ def _cmd_convert(args: argparse.Namespace) -> int:
     from detfmt.convert.report import report_path
 
     if args.check_source:
+        from detfmt.cli import cli_spelling
+
         check = check_source(args.source_format, args.src, workers=args.workers,
                              max_side=args.max_side or None, allow_empty=args.allow_empty,
+                             symlinks="refuse" if args.no_follow_symlinks else "follow",
                              **_sources(args))
         for line in check.lines():
-            print(line)
+            print(cli_spelling(line, args.parser))
         print("nothing written (--check-source)")
         return 0 if check.ok else 1
     if args.dst is None:
@@ -154,11 +175,13 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("dst", metavar="DST", nargs="?",
                         help="the detfmt dataset to create; with splits, the folder that gets "
                         "one dataset per split (DST/train, DST/val, ...)")
-    parser.add_argument("--split", action="append", metavar="NAME[=PATH]",
+    parser.add_argument("--split", action="append", metavar="NAME[=PATH[:FOLDER]]",
                         help="convert only split NAME, written directly at DST (repeat for "
                         "several: DST/NAME each); NAME=PATH defines a split (an annotation "
-                        "file, an image folder or list, an image-set list) (default: every "
-                        "split the source defines)")
+                        "file, an image folder or list, an image-set list); COCO "
+                        "NAME=ANN.json:IMAGES_DIR also names its image folder, YOLO "
+                        "NAME=IMAGES_DIR:LABELS_DIR its label folder (default: every split the "
+                        "source defines)")
     parser.add_argument("--max-side", type=_max_side, default=1024,
                         help="shrink images so the long side is at most this (0: keep size)")
     parser.add_argument("--codec", default="auto", choices=("auto", "raw", "zstd", "jpeg", "png"),
@@ -188,6 +211,11 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-fingerprint", action="store_true",
                         help="do not hash the source files for the dataset card")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--no-follow-symlinks", action="store_true",
+                        help="refuse symlinked files or folders that lead out of the source "
+                        "folders (for untrusted archives; by default symlinks are followed, as "
+                        "DVC, git-annex and symlink exports need; names inside annotation files "
+                        "are confined either way)")
 
 
 def register(commands: argparse._SubParsersAction) -> None:
