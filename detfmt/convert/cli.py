@@ -185,7 +185,9 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-side", type=_max_side, default=1024,
                         help="shrink images so the long side is at most this (0: keep size)")
     parser.add_argument("--codec", default="auto", choices=("auto", "raw", "zstd", "jpeg", "png"),
-                        help="auto: raw if the raw dataset fits in half the RAM, else jpeg")
+                        help="auto: raw if the raw dataset fits in half the RAM, else jpeg; "
+                        "the estimated size of each codec is printed before writing (jpeg: "
+                        "about the size of a JPEG source, raw 5-10x more)")
     parser.add_argument("--workers", type=_non_negative, default=os.cpu_count() or 1,
                         help="decode/resize/encode processes (default: all CPUs, "
                         f"{os.cpu_count() or 1} here)")
@@ -228,11 +230,14 @@ def register(commands: argparse._SubParsersAction) -> None:
     formats = convert.add_subparsers(dest="source_format", required=True, metavar="FORMAT")
     coco = formats.add_parser(
         "coco", help="COCO instances JSON + image folder",
-        description="SRC is an instances JSON, or a folder in the COCO standard layout "
-        "(annotations/instances_<split>.json beside <split>/) or a Roboflow export "
-        "(<split>/_annotations.coco.json).")
+        description="SRC is an instances JSON, or a folder holding them: the COCO standard "
+        "layout (annotations/instances_<split>.json), a Roboflow export "
+        "(<split>/_annotations.coco.json) or any JSON names (annotations/custom_train.json: "
+        "the split is the train/val/valid/test word of the name). Each JSON's images are found "
+        "by content: the folder under SRC (2 levels down at most) holding its file_names.")
     coco.add_argument("src", metavar="SRC", help="instances JSON file or COCO dataset folder")
-    coco.add_argument("--images", help="image folder (default: found beside the JSON)")
+    coco.add_argument("--images", help="image folder of every JSON (default: the folder "
+                      "holding its file_names; one split: --split NAME=ANN.json:IMAGES_DIR)")
     _add_common(coco)
     coco.set_defaults(run=_cmd_convert)
     yolo = formats.add_parser(
@@ -242,21 +247,24 @@ def register(commands: argparse._SubParsersAction) -> None:
         "images/ + labels/ tree).")
     yolo.add_argument("src", metavar="SRC", help="data YAML or dataset folder")
     yolo.add_argument("--images", help="image folder (default: from the YAML, or SRC/images)")
-    yolo.add_argument("--labels", help="label folder (default: the images folder with "
-                      "'images' replaced by 'labels')")
+    yolo.add_argument("--labels", help="label folder of every split (DIR/<split folder> "
+                      "when it exists, else DIR; default: the images folder with 'images' "
+                      "replaced by 'labels', else beside the images)")
     yolo.add_argument("--names", help="data YAML or names file (default: the data YAML, or "
                       "labels/classes.txt)")
     _add_common(yolo)
     yolo.set_defaults(run=_cmd_convert)
     voc = formats.add_parser(
         "voc", help="Pascal VOC XML (one file per image)",
-        description="SRC holds Annotations/ and JPEGImages/; ImageSets/Main/{train,val,test}.txt "
-        "become splits.")
-    voc.add_argument("src", metavar="SRC", help="dataset folder holding Annotations/ and "
-                     "JPEGImages/")
-    voc.add_argument("--annotations", help="XML folder (default: SRC/Annotations or "
-                     "SRC/annotations)")
-    voc.add_argument("--images", help="image folder (default: SRC/JPEGImages or SRC/images)")
+        description="SRC holds Annotations/ and JPEGImages/ (or any folders: the one with the "
+        "XML files and the one holding the images they name are found); "
+        "ImageSets/Main/{train,val,test}.txt become splits, without them SRC is one dataset.")
+    voc.add_argument("src", metavar="SRC", help="dataset folder holding the XML files and "
+                     "the images")
+    voc.add_argument("--annotations", help="XML folder (default: SRC/Annotations, else the "
+                     "folder under SRC with the most XML files)")
+    voc.add_argument("--images", help="image folder (default: SRC/JPEGImages or SRC/images, "
+                     "else the folder holding the images the XMLs name)")
     voc.add_argument("--classes", help="comma-separated class names (default: every name found,"
                      " sorted)")
     _add_common(voc)

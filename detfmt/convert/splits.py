@@ -1,16 +1,18 @@
 """Finding the splits of a source dataset: what ``detfmt convert FORMAT SRC OUT`` converts.
 
-* **YOLO**: a data YAML (given, or found in SRC or one folder down) with ``path`` and
-  ``train``/``val``/``test`` (each a folder, a list file of image paths, or a list of those);
-  without one, ``images/<split>`` + ``labels/<split>`` folders; else one ``images/`` +
-  ``labels/`` tree. Labels follow Ultralytics' rule (the last ``images`` folder of an image's
-  path becomes ``labels``).
-* **COCO**: a JSON file (one dataset); a folder in the standard layout
-  (``annotations/instances_<split><year>.json`` beside ``<split><year>/`` or
-  ``images/<split><year>/``); a Roboflow export (``<split>/_annotations.coco.json``); or
-  ``split={"train": "a.json", ...}``.
+* **YOLO**: a data YAML (given, or found in SRC or one folder down; searched whatever else is
+  given) with ``path`` and ``train``/``val``/``test`` (each a folder, a list file of image
+  paths, or a list of those); without one, ``images/<split>`` (or ``<split>/images``) folders;
+  else one image tree. Labels follow Ultralytics' rule (the last ``images`` folder of an
+  image's path becomes ``labels``), else lie beside the images; ``labels=`` replaces the label
+  folder of every split.
+* **COCO**: a JSON file (one dataset); a folder with ``annotations/instances_*.json``, Roboflow's
+  ``<split>/_annotations.coco.json``, or any instances JSON (``annotations/custom_train.json``):
+  the split is the split word of the file's stem or folder. Each JSON's images are found by
+  content (`detfmt.convert.locate`); ``split={"train": (json, images)}`` names them.
 * **VOC**: ``ImageSets/Main/{train,val,test}.txt`` (``trainval`` only when ``train`` and ``val``
-  are absent), or every XML of ``Annotations/`` as one dataset.
+  are absent), or every XML as one dataset; the XML folder is ``Annotations/``, else the folder
+  with the most XML files, the image folder ``JPEGImages/``/``images/``, else found by content.
 
 Split names drop a trailing year (``train2017`` -> ``train``) and ``valid`` becomes ``val``, so
 ``detfmt.open(OUT, split="val")`` reads the same on every source. Every split of a dataset gets
