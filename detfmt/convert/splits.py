@@ -261,7 +261,10 @@ def _yolo_tree(path: Path, key: str, labels: Path | None, root: Path, hints: lis
 
 
 def _yolo_split(entries: list[str], root: Path, where: Path, key: str, hints: list[str],
-                labels: Path | None, symlinks: str) -> tuple[list, list[Path]]:
+                labels: Path | None, symlinks: str, exact: bool = False
+                ) -> tuple[list, list[Path]]:
+    """The images of one split; ``labels``: a ``--labels`` folder (its sub-folder for each
+    image folder, see `_given_labels`), or with ``exact`` the split's own label folder."""
     images_all: list = []
     orphans_all: list[Path] = []
     root_folder = InputFolder(root, missing_rule="IMAGE_MISSING", what="dataset root",
@@ -269,7 +272,7 @@ def _yolo_split(entries: list[str], root: Path, where: Path, key: str, hints: li
     for entry in entries:
         path = _yolo_entry_path(root, entry)
         if os.path.isdir(path):
-            own = _given_labels(path, labels) if labels is not None else None
+            own = labels if exact or labels is None else _given_labels(path, labels)
             found, orphans = _yolo_tree(path, key, own, root, hints, symlinks)
             images_all += found
             orphans_all += orphans
@@ -366,8 +369,9 @@ def _discover_yolo(src: Path, split: SplitSpec, images: Path | None, labels: Pat
     plans = _select(plans, selected, where)
     sources = []
     for name, entries in plans.items():
+        exact = own_labels.get(name) is not None
         found, orphans = _yolo_split(entries, root, Path(where), name, hints,
-                                     own_labels.get(name) or labels, symlinks)
+                                     own_labels.get(name) or labels, symlinks, exact)
         sources.append(source(found, orphans, name, where))
     return Discovery(sources, _layout(selected, definitions, True), hints)
 

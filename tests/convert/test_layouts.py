@@ -287,6 +287,19 @@ def test_yolo_labels_option_is_honoured_with_split_definitions(tmp_path):
     assert _boxes_per_image(tmp_path / "cli" / "val") == expected["val"]
 
 
+def test_yolo_split_definition_with_its_own_label_folder(tmp_path):
+    """--split NAME=IMAGES_DIR:LABELS_DIR: each split names its label folder."""
+    root = tmp_path / "src"
+    expected = _build_yolo(root, lambda r, s: r / "img" / s, lambda r, s: r / "ann" / s / "txt")
+    argv = ["convert", "yolo", str(root), str(tmp_path / "out"), "--workers", "0",
+            "--no-progress"]
+    for split in ("train", "val"):
+        argv += ["--split", f"{split}=img/{split}:{root / 'ann' / split / 'txt'}"]
+    assert main(argv) == 0
+    for split, rows in expected.items():
+        assert _boxes_per_image(tmp_path / "out" / split) == rows
+
+
 def test_yolo_labels_option_keeps_the_data_yaml(tmp_path):
     """--labels (or --images) given: the YAML is still found for names and splits."""
     root = tmp_path / "src"
