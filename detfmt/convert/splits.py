@@ -605,6 +605,21 @@ def _voc_annotations(src: Path, candidates: list[Path]) -> Path:
     return tied[0]
 
 
+def _voc_root(src: Path, candidates: list[Path]) -> Path:
+    """SRC itself, or the one VOC root below it (``VOCdevkit/`` given for
+    ``VOCdevkit/VOC2012/``: the folder holding ``Annotations/``), so its image sets still
+    become splits; two such roots (VOC2007 and VOC2012) are ``SOURCE_AMBIGUOUS``."""
+    if _first_folder(src, ("Annotations", "annotations")) is not None:
+        return src
+    roots = [folder.parent for folder in candidates
+             if folder.name in ("Annotations", "annotations") and folder.parent != src]
+    if len(roots) > 1:
+        raise ConversionError(f"{len(roots)} VOC datasets below {src} "
+                              f"({', '.join(map(os.fspath, roots[:8]))}); convert one of them",
+                              rule="SOURCE_AMBIGUOUS", path=src)
+    return roots[0] if roots else src
+
+
 def _voc_images(src: Path, xmls: list, candidates: list[Path]) -> Path:
     """The folder holding the images: ``JPEGImages``/``images`` when present, else the folder
     under SRC holding the files the XMLs name (``<filename>``, else the XML's stem + .jpg)."""
@@ -649,6 +664,9 @@ def _discover_voc(src: Path, split: SplitSpec, annotations: Path | None, images:
     if not src.is_dir():
         raise ConversionError("not a folder", rule="SOURCE_MISSING", path=src)
     candidates = candidate_folders(src) if annotations is None or images is None else []
+    if annotations is None:
+        src = _voc_root(src, candidates)
+        candidates = [c for c in candidates if c == src or src in c.parents]
     annotations = annotations or _voc_annotations(src, candidates)
     folder = InputFolder(annotations, missing_rule="LABEL_MISSING", what="annotation folder",
                          symlinks=symlinks)

@@ -225,6 +225,25 @@ def test_voc_cli_any_annotation_folder_name(tmp_path):
         assert sum(len(ds[i].boxes) for i in range(len(ds))) == sum(boxes.values())
 
 
+def test_voc_devkit_folder_given_finds_its_dataset_and_image_sets(tmp_path):
+    """SRC=VOCdevkit (the folder above VOC2007): the image sets still become splits; two
+    datasets below it are not guessed between."""
+    root = tmp_path / "VOCdevkit" / "VOC2007"
+    boxes = _build_voc(root, "Annotations", "JPEGImages", count=5)
+    stems = sorted(Path(name).stem for name in boxes)
+    (root / "ImageSets" / "Main").mkdir(parents=True)
+    (root / "ImageSets" / "Main" / "train.txt").write_text("\n".join(stems[:3]) + "\n")
+    (root / "ImageSets" / "Main" / "val.txt").write_text("\n".join(stems[3:]) + "\n")
+    reports = dconvert.convert("voc", tmp_path / "VOCdevkit", tmp_path / "out", workers=0)
+    assert {name: r.images_kept for name, r in reports.items()} == {"train": 3, "val": 2}
+    assert _boxes_per_image(tmp_path / "out" / "val") == {
+        stem: boxes[f"{stem}.jpg"] for stem in stems[3:]}
+    _build_voc(tmp_path / "VOCdevkit" / "VOC2012", "Annotations", "JPEGImages", count=2)
+    with pytest.raises(ConversionError) as info:
+        dconvert.convert("voc", tmp_path / "VOCdevkit", tmp_path / "out2", workers=0)
+    assert info.value.rule == "SOURCE_AMBIGUOUS"
+
+
 # ---------------------------------------------------------------------------- item 3: YOLO
 
 
