@@ -33,10 +33,10 @@ import numpy as np
 
 from detfmt.convert.boxes import apply_box_policy
 from detfmt.convert.card import DatasetCard, card_metadata
-from detfmt.convert.codec import choose_codec
+from detfmt.convert.codec import choose_codec, estimate_sizes, size_advice
 from detfmt.convert.errors import ConversionError
 from detfmt.convert.fingerprint import Fingerprint, file_digest
-from detfmt.convert.inputs import printable
+from detfmt.convert.inputs import SYMLINK_MODES, printable
 from detfmt.convert.report import ConversionReport, report_path
 from detfmt.errors import DetfmtError, InvalidSampleError, TargetExistsError
 from detfmt.format.schema import ClassInfo
@@ -44,11 +44,12 @@ from detfmt.writing import image as _image
 from detfmt.writing import processes
 
 __all__ = ["ConvertOptions", "Scan", "Source", "SourceImage", "convert_source", "prepare_source",
-           "resolve_frame", "scan_source", "write_prepared"]
+           "remedy", "resolve_frame", "scan_source", "write_prepared"]
 
 Codec = Literal["auto", "raw", "zstd", "jpeg", "png"]
 OnError = Literal["error", "skip"]
 CODECS = ("auto", "raw", "zstd", "jpeg", "png")
+ESTIMATE_SAMPLES = 8  # images encoded with every codec to estimate the dataset's size
 
 
 @dataclasses.dataclass
@@ -120,6 +121,9 @@ class ConvertOptions:
     ``allow_empty``: write a dataset that keeps no image or no box (refused by default, since it
     is almost always a wrong path or layout). ``card``: a `DatasetCard` (or a mapping with its
     fields) stored in the header; ``fingerprint``: hash every source file for the card.
+    ``symlinks``: ``"follow"`` (read symlinked files wherever they point: DVC, git-annex and
+    symlink exports) or ``"refuse"`` (a link leaving its folder is ``PATH_UNSAFE``: untrusted
+    archives); names from annotation files are confined either way (docs/converters.md).
     """
 
     max_side: int | None = 1024
@@ -133,8 +137,12 @@ class ConvertOptions:
     allow_empty: bool = False
     card: DatasetCard | Mapping[str, Any] | None = None
     fingerprint: bool = True
+    symlinks: str = "follow"
 
     def __post_init__(self) -> None:
+        if self.symlinks not in SYMLINK_MODES:
+            raise ConversionError(f"symlinks must be one of {SYMLINK_MODES}, got "
+                                  f"{self.symlinks!r}", rule="USAGE")
         if self.codec not in CODECS:
             raise ConversionError(f"codec must be one of {CODECS}, got {self.codec!r}",
                                   rule="USAGE")
@@ -224,9 +232,17 @@ class Scan:
     fingerprint: tuple[str, int, int] | None
     duplicate_images: int = 0
     raw_bytes: int = 0
+    source_bytes: int = 0  # the kept images' files
+    samples: list[tuple[Path, int, int]] = dataclasses.field(default_factory=list)
 
 
 def _check_image(path: Path, full: bool) -> _image.ImageInfo | InvalidSampleError:
+    try:
+        if os.stat(path).st_size == 0:  # said plainly: a failed download or a placeholder
+            return InvalidSampleError("empty file (0 bytes)", rule="IMAGE_INVALID",
+                                      path=os.fspath(path))
+    except OSError:
+        pass
     try:
         return _image.check_decodes(path) if full else _image.probe_image(path)
     except InvalidSampleError as error:
@@ -375,7 +391,9 @@ def scan_source(source: Source, options: ConvertOptions, *, decode: bool | None 
     _add_files(fingerprint, source.files)
     source.prelude(report)
     table = _ImageTable(source.count)
-    raw_bytes = 0
+    raw_bytes = source_bytes = 0
+    samples: list[tuple[Path, int, int]] = []
+    every = max(1, source.count // ESTIMATE_SAMPLES)
     row = -1
     for row, (record, info) in enumerate(_probed(source.records(report), decode,
                                                  options.workers)):
@@ -403,9 +421,13 @@ def scan_source(source: Source, options: ConvertOptions, *, decode: bool | None 
         width, height = info.display_size
         h, w = _image.scaled_size(height, width, options.max_side)
         raw_bytes += h * w * 3 + 32  # + average alignment padding
+        source_bytes += int(table.size[row])
+        if row % every == 0 and len(samples) < ESTIMATE_SAMPLES:
+            samples.append((record.read_path, h, w))
     scan = Scan(report, table, row + 1,
                 (fingerprint.hexdigest(), fingerprint.files, fingerprint.bytes)
-                if fingerprint is not None else None, raw_bytes=raw_bytes)
+                if fingerprint is not None else None, raw_bytes=raw_bytes,
+                source_bytes=source_bytes, samples=samples)
     scan.duplicate_images = _note_duplicate_images(scan, report)
     return scan
 
@@ -429,6 +451,25 @@ def _split_prefix(source: Source) -> str:
     return f"split {source.split!r}: " if source.split else ""
 
 
+def remedy(report: ConversionReport) -> str:
+    """What to do about the images a conversion cannot use: ``on_error='skip'`` only when it
+    would keep some (a hint that converts nothing is no hint), else the cause to fix."""
+    skipped = sum(report.images_skipped.values())
+    if report.images_source > skipped:
+        return "Pass on_error='skip' to leave them out (each is listed in the report)"
+    rules = set(report.images_skipped)
+    if rules <= {"PATH_UNSAFE"} and any("symlinks are refused" in issue.detail
+                                        for issue in report.issues):
+        return ("every image is a symlink leaving its folder; if the source is trusted, "
+                "follow them with symlinks='follow'")
+    if rules <= {"IMAGE_MISSING", "PATH_UNSAFE"}:
+        return ("is the image folder right? Name it with images= (COCO splits: "
+                "split={name: (json, images folder)})")
+    if rules <= {"IMAGE_INVALID"}:
+        return "no image decodes: are these image files (and complete downloads)?"
+    return "fix the source; the report lists every file and why"
+
+
 def _problems_error(report: ConversionReport, source: Source) -> ConversionError:
     skipped = sum(report.images_skipped.values())
     by_rule = ", ".join(f"{rule} {count}" for rule, count in report.images_skipped.most_common())
@@ -436,8 +477,8 @@ def _problems_error(report: ConversionReport, source: Source) -> ConversionError
     return ConversionError(
         f"{_split_prefix(source)}{skipped} of {report.images_source} source images cannot be "
         f"converted ({by_rule}); "
-        f"first: {first.path}: {first.detail}. Pass on_error='skip' to leave them out (each is "
-        "listed in the report)", rule=first.reason, path=first.path, affected=skipped)
+        f"first: {first.path}: {first.detail}. {remedy(report)}", rule=first.reason,
+        path=first.path, affected=skipped)
 
 
 def _empty_error(report: ConversionReport, source: Source) -> ConversionError:
@@ -451,10 +492,11 @@ def _empty_error(report: ConversionReport, source: Source) -> ConversionError:
         why = (f"none of the {report.images_kept} kept images has a box"
                + (f" ({without} have no label file, {empty} an empty one: are the labels in the "
                   "expected folder?)" if without or empty else ""))
+    advice = (remedy(report) if report.images_source and not report.images_kept
+              else "Pass allow_empty=True to write it anyway")
     return ConversionError(
         f"{_split_prefix(source)}the conversion would keep {report.images_kept} images and "
-        f"{report.boxes_kept} boxes: "
-        f"{why}. Pass allow_empty=True to write it anyway", rule="EMPTY_RESULT",
+        f"{report.boxes_kept} boxes: {why}. {advice}", rule="EMPTY_RESULT",
         path=source.source, affected=report.images_source)
 
 
@@ -575,9 +617,15 @@ def write_prepared(source: Source, scan: Scan, dst: str | os.PathLike[str],
     try:
         codec, reason = choose_codec(options.codec, scan.raw_bytes, report.images_kept)
         report.codec, report.codec_reason = codec, reason
+        report.source_bytes = scan.source_bytes
+        report.size_estimates = estimate_sizes(scan.samples, scan.raw_bytes,
+                                               options.jpeg_quality)
         if options.verbose:
             split = f" [{source.split}]" if source.split else ""
             print(f"codec{split}: {codec} ({reason})", file=sys.stderr)
+            advice = size_advice(codec, report.size_estimates, report.source_bytes)
+            if advice:
+                print(f"  {advice}", file=sys.stderr)
         meta = dict(source.metadata)
         meta.update(card_metadata(options.card, source_format=source.source_format,
                                   source=source.source, split=source.split,

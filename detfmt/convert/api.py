@@ -28,6 +28,7 @@ from detfmt.convert._pipeline import (
     check_scan,
     convert_source,
     prepare_source,
+    remedy,
     scan_source,
     write_prepared,
 )
@@ -66,7 +67,8 @@ def convert(
     """
     opts = ConvertOptions(**options)
     found = discover(source_format, src, split=split, images=images, labels=labels,
-                     names=names, annotations=annotations, classes=classes)
+                     names=names, annotations=annotations, classes=classes,
+                     symlinks=opts.symlinks)
     dst = Path(dst)
     if not found.split_layout:
         (source,) = found.sources
@@ -200,13 +202,18 @@ class SourceCheck:
     splits: list[SplitCheck]
     hints: list[str]
     split_layout: bool
+    layout_error: ConversionError | None = None  # why the layout itself cannot be converted
 
     @property
     def ok(self) -> bool:
         """True when a default conversion would go through."""
-        return all(split.would_fail is None for split in self.splits)
+        return self.layout_error is None and all(split.would_fail is None
+                                                 for split in self.splits)
 
     def lines(self) -> list[str]:
+        if self.layout_error is not None:
+            return [f"{self.source_format} {self.source}: the layout cannot be converted as "
+                    "found", *[f"hint: {hint}" for hint in self.hints]]
         layout = "one dataset per split" if self.split_layout else "one dataset"
         lines = [f"{self.source_format} {self.source}: {len(self.splits)} part(s), {layout}"]
         for split in self.splits:
@@ -262,8 +269,11 @@ def _hints(found: Discovery, checks: list[SplitCheck]) -> list[str]:
         if check.orphan_labels:
             hints.append(f"{where}{check.orphan_labels} label files have no image (different "
                          "names or suffixes?)")
-        if check.corrupt or check.unsafe or check.missing:
-            hints.append(f"{where}--on-error skip converts the rest and lists what is left out")
+        if (check.corrupt or check.unsafe or check.missing) and check.usable:
+            hints.append(f"{where}on_error='skip' converts the {check.usable} usable images "
+                         "and lists what is left out")
+        elif check.found and not check.usable:
+            hints.append(f"{where}no image is usable: {remedy(check.report)}")
         if check.duplicate_images:
             hints.append(f"{where}{check.duplicate_images} images are byte-identical copies of "
                          "others")
@@ -283,14 +293,26 @@ def check_source(
     workers: int = 0,
     max_side: int | None = 1024,
     allow_empty: bool = False,
+    symlinks: str = "follow",
 ) -> SourceCheck:
     """Scan a source as `convert` would (every image decode-checked, every file hashed) and
     count found, usable, missing, empty, corrupt, unsafe and duplicate files per split. Writes
-    nothing."""
+    nothing. A layout that cannot be converted at all (no annotations found, an ambiguous image
+    folder, a missing split) is a check that is not ``ok``, its reason a hint; only a wrong
+    argument (``USAGE``) raises."""
     opts = ConvertOptions(workers=workers, on_error="skip", max_side=max_side,
-                          allow_empty=allow_empty)
-    found = discover(source_format, src, split=split, images=images, labels=labels,
-                     names=names, annotations=annotations, classes=classes)
+                          allow_empty=allow_empty, symlinks=symlinks)
+    try:
+        found = discover(source_format, src, split=split, images=images, labels=labels,
+                         names=names, annotations=annotations, classes=classes,
+                         symlinks=symlinks)
+    except ConversionError as error:
+        if error.rule == "USAGE":
+            raise
+        where = f" ({error.path})" if error.path else ""
+        return SourceCheck(source_format, os.fspath(src), [],
+                           [f"{error.rule}: {error.message}{where}"], False,
+                           layout_error=error)
     checks = []
     scans = []
     for source in found.sources:

@@ -13,6 +13,11 @@ __all__ = ["register"]
 
 #: Library phrases that have their own CLI spelling (detfmt/cli.py rewrites the rest).
 CLI_PHRASES = {
+    "split={name: (json, images folder)}": "--split NAME=ANN.json:IMAGES_DIR",
+    "follow them with symlinks='follow'": "--no-follow-symlinks refuses them; leave it out to "
+    "follow them",
+    "pass annotations=": "pass --annotations",
+    "pass images=": "pass --images",
     "split={name: path}": "--split NAME=PATH",
     "split=NAME": "--split NAME",
     "card description": "--description",
@@ -64,14 +69,26 @@ def _split_spec(values: list[str] | None) -> Any:
         raise ConversionError("--split takes either names (--split val) or definitions "
                               "(--split val=FILE), not both", rule="USAGE")
     if all(defined):
-        spec: dict[str, str] = {}
+        spec: dict[str, Any] = {}
         for value in values:
             name, path = value.split("=", 1)
             if name in spec:
                 raise ConversionError(f"--split {name} is defined twice", rule="USAGE")
-            spec[name] = path
+            spec[name] = _definition(path)
         return spec
     return values
+
+
+def _definition(path: str) -> str | tuple[str, str]:
+    """``PATH`` or ``PATH:FOLDER`` (COCO: annotation file and its image folder; YOLO: image
+    folder and its label folder); a path that exists as written is never split at a colon."""
+    if ":" not in path or os.path.exists(path):
+        return path
+    first, second = path.rsplit(":", 1)
+    if not first or not second:
+        raise ConversionError(f"--split NAME={path}: expected PATH or PATH:FOLDER",
+                              rule="USAGE")
+    return first, second
 
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:
@@ -90,6 +107,7 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
         "allow_empty": args.allow_empty,
         "card": card or None,
         "fingerprint": not args.no_fingerprint,
+        "symlinks": "refuse" if args.no_follow_symlinks else "follow",
     }
 
 
@@ -113,11 +131,14 @@ def _cmd_convert(args: argparse.Namespace) -> int:
     from detfmt.convert.report import report_path
 
     if args.check_source:
+        from detfmt.cli import cli_spelling
+
         check = check_source(args.source_format, args.src, workers=args.workers,
                              max_side=args.max_side or None, allow_empty=args.allow_empty,
+                             symlinks="refuse" if args.no_follow_symlinks else "follow",
                              **_sources(args))
         for line in check.lines():
-            print(line)
+            print(cli_spelling(line, args.parser))
         print("nothing written (--check-source)")
         return 0 if check.ok else 1
     if args.dst is None:
@@ -154,15 +175,19 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("dst", metavar="DST", nargs="?",
                         help="the detfmt dataset to create; with splits, the folder that gets "
                         "one dataset per split (DST/train, DST/val, ...)")
-    parser.add_argument("--split", action="append", metavar="NAME[=PATH]",
+    parser.add_argument("--split", action="append", metavar="NAME[=PATH[:FOLDER]]",
                         help="convert only split NAME, written directly at DST (repeat for "
                         "several: DST/NAME each); NAME=PATH defines a split (an annotation "
-                        "file, an image folder or list, an image-set list) (default: every "
-                        "split the source defines)")
+                        "file, an image folder or list, an image-set list); COCO "
+                        "NAME=ANN.json:IMAGES_DIR also names its image folder, YOLO "
+                        "NAME=IMAGES_DIR:LABELS_DIR its label folder (default: every split the "
+                        "source defines)")
     parser.add_argument("--max-side", type=_max_side, default=1024,
                         help="shrink images so the long side is at most this (0: keep size)")
     parser.add_argument("--codec", default="auto", choices=("auto", "raw", "zstd", "jpeg", "png"),
-                        help="auto: raw if the raw dataset fits in half the RAM, else jpeg")
+                        help="auto: raw if the raw dataset fits in half the RAM, else jpeg; "
+                        "the estimated size of each codec is printed before writing (jpeg: "
+                        "about the size of a JPEG source, raw 5-10x more)")
     parser.add_argument("--workers", type=_non_negative, default=os.cpu_count() or 1,
                         help="decode/resize/encode processes (default: all CPUs, "
                         f"{os.cpu_count() or 1} here)")
@@ -188,6 +213,11 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-fingerprint", action="store_true",
                         help="do not hash the source files for the dataset card")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--no-follow-symlinks", action="store_true",
+                        help="refuse symlinked files or folders that lead out of the source "
+                        "folders (for untrusted archives; by default symlinks are followed, as "
+                        "DVC, git-annex and symlink exports need; names inside annotation files "
+                        "are confined either way)")
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -200,11 +230,14 @@ def register(commands: argparse._SubParsersAction) -> None:
     formats = convert.add_subparsers(dest="source_format", required=True, metavar="FORMAT")
     coco = formats.add_parser(
         "coco", help="COCO instances JSON + image folder",
-        description="SRC is an instances JSON, or a folder in the COCO standard layout "
-        "(annotations/instances_<split>.json beside <split>/) or a Roboflow export "
-        "(<split>/_annotations.coco.json).")
+        description="SRC is an instances JSON, or a folder holding them: the COCO standard "
+        "layout (annotations/instances_<split>.json), a Roboflow export "
+        "(<split>/_annotations.coco.json) or any JSON names (annotations/custom_train.json: "
+        "the split is the train/val/valid/test word of the name). Each JSON's images are found "
+        "by content: the folder under SRC (2 levels down at most) holding its file_names.")
     coco.add_argument("src", metavar="SRC", help="instances JSON file or COCO dataset folder")
-    coco.add_argument("--images", help="image folder (default: found beside the JSON)")
+    coco.add_argument("--images", help="image folder of every JSON (default: the folder "
+                      "holding its file_names; one split: --split NAME=ANN.json:IMAGES_DIR)")
     _add_common(coco)
     coco.set_defaults(run=_cmd_convert)
     yolo = formats.add_parser(
@@ -214,21 +247,24 @@ def register(commands: argparse._SubParsersAction) -> None:
         "images/ + labels/ tree).")
     yolo.add_argument("src", metavar="SRC", help="data YAML or dataset folder")
     yolo.add_argument("--images", help="image folder (default: from the YAML, or SRC/images)")
-    yolo.add_argument("--labels", help="label folder (default: the images folder with "
-                      "'images' replaced by 'labels')")
+    yolo.add_argument("--labels", help="label folder of every split (DIR/<split folder> "
+                      "when it exists, else DIR; default: the images folder with 'images' "
+                      "replaced by 'labels', else beside the images)")
     yolo.add_argument("--names", help="data YAML or names file (default: the data YAML, or "
                       "labels/classes.txt)")
     _add_common(yolo)
     yolo.set_defaults(run=_cmd_convert)
     voc = formats.add_parser(
         "voc", help="Pascal VOC XML (one file per image)",
-        description="SRC holds Annotations/ and JPEGImages/; ImageSets/Main/{train,val,test}.txt "
-        "become splits.")
-    voc.add_argument("src", metavar="SRC", help="dataset folder holding Annotations/ and "
-                     "JPEGImages/")
-    voc.add_argument("--annotations", help="XML folder (default: SRC/Annotations or "
-                     "SRC/annotations)")
-    voc.add_argument("--images", help="image folder (default: SRC/JPEGImages or SRC/images)")
+        description="SRC holds Annotations/ and JPEGImages/ (or any folders: the one with the "
+        "XML files and the one holding the images they name are found); "
+        "ImageSets/Main/{train,val,test}.txt become splits, without them SRC is one dataset.")
+    voc.add_argument("src", metavar="SRC", help="dataset folder holding the XML files and "
+                     "the images")
+    voc.add_argument("--annotations", help="XML folder (default: SRC/Annotations, else the "
+                     "folder under SRC with the most XML files)")
+    voc.add_argument("--images", help="image folder (default: SRC/JPEGImages or SRC/images, "
+                     "else the folder holding the images the XMLs name)")
     voc.add_argument("--classes", help="comma-separated class names (default: every name found,"
                      " sorted)")
     _add_common(voc)

@@ -233,9 +233,11 @@ def _records(index: CocoIndex, images: InputFolder, report: ConversionReport, ke
 
 
 def coco_source(index: CocoIndex, images_dir: str | os.PathLike[str], *,
-                root: Path | None = None, split: str | None = None) -> Source:
+                root: Path | None = None, split: str | None = None,
+                symlinks: str = "follow") -> Source:
     """The `Source` of a parsed instances file whose images lie in ``images_dir``."""
-    images = InputFolder(images_dir, missing_rule="IMAGE_MISSING", what="image folder")
+    images = InputFolder(images_dir, missing_rule="IMAGE_MISSING", what="image folder",
+                         symlinks=symlinks)
     annotations = Path(index.path)
 
     def prelude(report: ConversionReport) -> None:
@@ -306,4 +308,4 @@ def from_coco(
     """
     opts = ConvertOptions(**options)
     index = parse_coco(annotations_json)
-    return convert_source(coco_source(index, images_dir), dst, opts)
+    return convert_source(coco_source(index, images_dir, symlinks=opts.symlinks), dst, opts)

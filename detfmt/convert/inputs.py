@@ -11,8 +11,12 @@ the pipeline raises or counts as a skipped image:
 * ``NAME_ENCODING``: a file name that is not valid UTF-8 (it could not be stored in the dataset);
 * the caller's "missing" rule (``IMAGE_MISSING``, ``LABEL_MISSING``) when nothing is there.
 
-Symlinks that stay inside the folder are followed (``images -> ../images`` style layouts resolve
-the folder itself once, when the user names it).
+Symlinks (``symlinks="follow"``, the default): the *names* are confined (above), and the files
+they reach are followed wherever the links point, as DVC and git-annex checkouts and FiftyOne /
+``ln -s`` exports need (every image is a symlink into a cache elsewhere). ``symlinks="refuse"``
+(the CLI's ``--no-follow-symlinks``, for untrusted archives) also refuses a file or folder whose
+resolved location leaves the folder the user named (``PATH_UNSAFE``). The folder the user names
+is resolved once either way.
 """
 
 from __future__ import annotations
@@ -25,7 +29,12 @@ from pathlib import Path
 
 from detfmt.convert.errors import ConversionError
 
-__all__ = ["InputFolder", "name_problem", "printable", "read_source_bytes", "read_source_text"]
+__all__ = ["SYMLINK_MODES", "InputFolder", "name_problem", "printable", "read_source_bytes",
+           "read_source_text"]
+
+#: ``follow``: symlinked files and folders are read wherever they point (names stay confined);
+#: ``refuse``: a link whose target leaves the folder is ``PATH_UNSAFE`` (untrusted archives).
+SYMLINK_MODES = ("follow", "refuse")
 
 #: Read limits for files whose whole content is loaded (a label or XML file is a few KiB).
 MAX_LABEL_BYTES = 64 << 20
@@ -73,7 +82,11 @@ class InputFolder:
     """
 
     def __init__(self, path: str | os.PathLike[str], *, missing_rule: str,
-                 what: str = "folder") -> None:
+                 what: str = "folder", symlinks: str = "follow") -> None:
+        if symlinks not in SYMLINK_MODES:
+            raise ConversionError(f"symlinks must be one of {SYMLINK_MODES}, got {symlinks!r}",
+                                  rule="USAGE")
+        self.symlinks = symlinks
         self.given = Path(path)
         self.missing_rule = missing_rule
         self.what = what
@@ -95,6 +108,12 @@ class InputFolder:
         real = os.fspath(real)
         base = os.fspath(self.real)
         return real == base or real.startswith(base.rstrip(os.sep) + os.sep)
+
+    def contains_name(self, path: str | os.PathLike[str]) -> bool:
+        """Whether ``path`` lies inside this folder by its name alone (no link followed)."""
+        name = os.path.abspath(path)
+        return any(name == base or name.startswith(base.rstrip(os.sep) + os.sep)
+                   for base in (os.path.abspath(self.given), os.fspath(self.real)))
 
     def child(self, name: str) -> Path:
         """The path of ``name`` (a relative name from an annotation file) inside this folder."""
@@ -124,9 +143,14 @@ class InputFolder:
             if error.errno == errno.ELOOP:
                 raise ConversionError("symlink loop", rule="PATH_UNSAFE", path=name) from error
             raise ConversionError("file not found", rule=missing, path=name) from error
-        if not self.contains(real):
+        if self.symlinks == "refuse" and not self.contains(real):
             raise ConversionError(f"resolves to {real}, outside the {self.what} "
-                                  f"{os.fspath(self.given)}", rule="PATH_UNSAFE", path=name)
+                                  f"{os.fspath(self.given)} (symlinks are refused; "
+                                  "follow them with symlinks='follow')", rule="PATH_UNSAFE",
+                                  path=name)
+        if self.symlinks == "follow" and not self.contains_name(name):
+            raise ConversionError(f"outside the {self.what} {os.fspath(self.given)}",
+                                  rule="PATH_UNSAFE", path=name)
         try:
             mode = os.stat(real).st_mode
         except OSError as error:
@@ -140,8 +164,8 @@ class InputFolder:
     def walk(self, keep: Callable[[str], bool]) -> Iterator[tuple[Path, Path | ConversionError]]:
         """Every file under the folder whose name passes ``keep``, sorted, as (path as given,
         its resolved path) or (path, the reason it may not be read). Directory symlinks are
-        followed only when they stay inside the folder, and each real directory is visited
-        once (no loops)."""
+        followed (with ``symlinks="refuse"`` only when they stay inside the folder), and each
+        real directory is visited once (no loops)."""
         seen: set[tuple[int, int]] = set()
         yield from self._walk(self.given, self.real, keep, seen)
 
@@ -172,7 +196,7 @@ class InputFolder:
                     target = Path(os.path.realpath(real / entry.name, strict=True))
                 except OSError:
                     continue  # a dangling or looping link to a folder: nothing to read there
-                if self.contains(target):
+                if self.symlinks == "follow" or self.contains(target):
                     yield from self._walk(path, target, keep, seen)
                 continue
             if not keep(entry.name):

@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from detfmt.convert.codec import size_advice
 from detfmt.convert.inputs import printable
 
 __all__ = ["ConversionReport", "Issue", "report_path"]
@@ -55,6 +56,9 @@ class ConversionReport:
     classes: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     codec: str = ""
     codec_reason: str = ""
+    #: {codec: estimated bytes of the stored images}, said before writing (see codec.py)
+    size_estimates: dict[str, int] = dataclasses.field(default_factory=dict)
+    source_bytes: int = 0  # bytes of the kept images' source files
     max_side: int | None = None
     workers: int = 0
     seconds: float = 0.0
@@ -142,6 +146,9 @@ class ConversionReport:
                 lines.append(f"  {title}: {reason}: {count}")
         if self.codec:
             lines.append(f"  codec: {self.codec} ({self.codec_reason})")
+            advice = size_advice(self.codec, self.size_estimates, self.source_bytes)
+            if advice:
+                lines.append(f"  {advice}")
         listed = [issue for issue in self.issues if issue.reason in self.images_skipped]
         for issue in listed[:20]:
             lines.append(f"  skipped {issue.path}: {issue.reason} {issue.detail}".rstrip())

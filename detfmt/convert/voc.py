@@ -24,8 +24,8 @@ from detfmt.convert.inputs import MAX_LABEL_BYTES, InputFolder, name_problem, re
 from detfmt.convert.numbers import parse_decimal, parse_integer
 from detfmt.convert.report import ConversionReport
 
-__all__ = ["VocAnnotation", "collect_classes", "from_voc", "list_xmls", "parse_voc_xml",
-           "to_voc_box", "voc_source"]
+__all__ = ["VocAnnotation", "collect_classes", "from_voc", "image_names", "list_xmls",
+           "parse_voc_xml", "to_voc_box", "voc_source"]
 
 _INT_RANGE = (-(2**31), 2**31 - 1)
 
@@ -156,6 +156,19 @@ def _image_for(xml: Path, filename: str | None, images: InputFolder
                                           path=missing)
 
 
+def image_names(xmls: Sequence[Path]) -> list[str]:
+    """The image file each readable XML names (``<filename>``, else its stem + ``.jpg``):
+    what locates the image folder of a source by content."""
+    names = []
+    for xml in xmls:
+        try:
+            ann = parse_voc_xml(xml, xml)
+        except ConversionError:
+            continue
+        names.append(ann.filename or xml.stem + ".jpg")
+    return names
+
+
 def _records(xmls: list[tuple[Path, Path | ConversionError]], images: InputFolder,
              class_ids: dict[str, int], report: ConversionReport) -> Iterator[SourceImage]:
     for xml, resolved in xmls:
@@ -243,9 +256,10 @@ def collect_classes(xmls: list[tuple[Path, Path | ConversionError]]) -> set[str]
 
 def voc_source(xmls: list[tuple[Path, Path | ConversionError]], images_dir: str | os.PathLike[str],
                classes: Sequence[str], *, source: str, root: Path | None = None,
-               split: str | None = None) -> Source:
+               split: str | None = None, symlinks: str = "follow") -> Source:
     """The `Source` of listed VOC XML files whose images lie in ``images_dir``."""
-    images = InputFolder(images_dir, missing_rule="IMAGE_MISSING", what="image folder")
+    images = InputFolder(images_dir, missing_rule="IMAGE_MISSING", what="image folder",
+                         symlinks=symlinks)
     if len(set(classes)) != len(classes):
         raise ConversionError("duplicate class names", rule="USAGE")
     class_ids = {name: i for i, name in enumerate(classes)}
@@ -280,7 +294,7 @@ def from_voc(
     """
     opts = ConvertOptions(**options)
     annotations = InputFolder(annotations_dir, missing_rule="LABEL_MISSING",
-                              what="annotation folder")
+                              what="annotation folder", symlinks=opts.symlinks)
     InputFolder(images_dir, missing_rule="IMAGE_MISSING", what="image folder")
     xmls = list_xmls(annotations)
     if classes is None:
@@ -288,5 +302,5 @@ def from_voc(
     root = Path(os.path.commonpath([os.path.abspath(annotations_dir),
                                     os.path.abspath(images_dir)]))
     source = voc_source(xmls, images_dir, list(classes), source=os.fspath(annotations_dir),
-                        root=root)
+                        root=root, symlinks=opts.symlinks)
     return convert_source(source, dst, opts)

@@ -281,8 +281,10 @@ def from_yolo(
     `detfmt.convert.convert`.
     """
     opts = ConvertOptions(**options)
-    images = InputFolder(images_dir, missing_rule="IMAGE_MISSING", what="image folder")
-    labels = InputFolder(labels_dir, missing_rule="LABEL_MISSING", what="label folder")
+    images = InputFolder(images_dir, missing_rule="IMAGE_MISSING", what="image folder",
+                         symlinks=opts.symlinks)
+    labels = InputFolder(labels_dir, missing_rule="LABEL_MISSING", what="label folder",
+                         symlinks=opts.symlinks)
     files: list[Path] = []
     if names is None:
         if not (labels.given / "classes.txt").is_file():

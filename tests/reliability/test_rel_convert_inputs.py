@@ -7,6 +7,10 @@ malformed number into a typed error or a counted skip. Each attack runs with bot
 ``on_error="error"`` must raise a `DetfmtError` with the listed rule (never hang, never a bare
 exception), and ``on_error="skip"`` must skip and count the image while converting the rest. The
 "secret" outside the folder is a valid image, so reading it would succeed silently.
+
+Symlinks leaving a folder are followed by default (DVC, git-annex and symlink exports are made
+of them: tests/convert/test_layouts.py); the attacks through them run in the strict mode meant
+for untrusted archives, ``symlinks="refuse"``. Names from annotation files are confined in both.
 """
 
 from __future__ import annotations
@@ -111,8 +115,9 @@ COCO_ATTACKS = ["absolute", "dotdot", "dotdot_inside", "nul", "symlink_out", "sy
 def test_coco_reads_only_regular_files_inside_the_image_folder(tmp_path, kind, on_error):
     names = _coco_attack(tmp_path, kind)
     js, images = _coco(tmp_path, names)
-    report = _outcome(lambda **kw: from_coco(js, images, tmp_path / "ds", workers=0, **kw),
-                      on_error, "PATH_UNSAFE")
+    strict = {"symlinks": "refuse"} if kind.endswith("_out") else {}
+    report = _outcome(lambda **kw: from_coco(js, images, tmp_path / "ds", workers=0, **strict,
+                                             **kw), on_error, "PATH_UNSAFE")
     if report is not None:
         assert report.images_kept == 1
         with detfmt.open(tmp_path / "ds") as ds:
@@ -160,8 +165,9 @@ def test_yolo_tree_attacks(tmp_path, kind, rule, on_error):
     elif kind == "image_name_not_utf8":
         name = os.fsdecode(b"evil\xff.jpg")
         save_image(images / name, 40, 30, seed=1)
+    strict = {"symlinks": "refuse"} if kind.endswith("_out") else {}
     report = _outcome(lambda **kw: from_yolo(images, labels, tmp_path / "ds", names=["x"],
-                                             workers=0, **kw), on_error, rule)
+                                             workers=0, **strict, **kw), on_error, rule)
     if report is not None:
         assert report.images_kept == 1 and report.boxes_kept == 1
         with detfmt.open(tmp_path / "ds") as ds:
@@ -169,13 +175,15 @@ def test_yolo_tree_attacks(tmp_path, kind, rule, on_error):
 
 
 def test_yolo_directory_symlinks_loop_and_leave(tmp_path):
-    """A folder link back to the image folder is walked once; one leaving it is not followed."""
+    """A folder link back to the image folder is walked once; one leaving it is not followed
+    in the strict mode."""
     images, labels = _yolo_tree(tmp_path)
     secret = _secret(tmp_path)
     (images / "loop").symlink_to(images, target_is_directory=True)
     (images / "away").symlink_to(secret.parent, target_is_directory=True)
     (labels / "loop").symlink_to(labels, target_is_directory=True)
-    report = from_yolo(images, labels, tmp_path / "ds", names=["x"], workers=0)
+    report = from_yolo(images, labels, tmp_path / "ds", names=["x"], workers=0,
+                       symlinks="refuse")
     assert (report.images_source, report.images_kept, report.boxes_kept) == (1, 1, 1)
 
 
@@ -229,8 +237,9 @@ def test_voc_attacks(tmp_path, kind, on_error):
         outside_xml = tmp_path / "outside" / "evil.xml"
         outside_xml.write_text(VOC_XML.format(name="good.jpg", b=(1, 1, 30, 20)))
         (ann / "evil.xml").symlink_to(outside_xml)
-    report = _outcome(lambda **kw: from_voc(ann, img, tmp_path / "ds", workers=0, **kw),
-                      on_error, "PATH_UNSAFE")
+    strict = {"symlinks": "refuse"} if kind.endswith("_out") else {}
+    report = _outcome(lambda **kw: from_voc(ann, img, tmp_path / "ds", workers=0, **strict,
+                                            **kw), on_error, "PATH_UNSAFE")
     if report is not None:
         assert report.images_kept == 1 and report.boxes_kept == 1
 
@@ -369,7 +378,7 @@ def test_no_box_from_an_attack_reaches_the_dataset(tmp_path):
     save_image(images / "d.jpg", 40, 30, seed=6)
     (labels / "d.txt").write_text("0 1.5 0.5 0.2 0.2\n")
     report = from_yolo(images, labels, tmp_path / "ds", names=["x"], workers=0,
-                       on_error="skip")
+                       on_error="skip", symlinks="refuse")
     assert report.images_kept == 1 and report.balanced
     with detfmt.open(tmp_path / "ds") as ds:
         assert len(ds) == 1
