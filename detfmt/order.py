@@ -506,7 +506,7 @@ def _same(state: Mapping[str, Any], config: Mapping[str, Any]) -> None:
 class RepeatFactorOrder:
     """Repeat-factor sampling over one dataset (rules O-9, O-10): each epoch visits sample i
     ``floor(r_i)`` or ``floor(r_i) + 1`` times, shuffled. Build one from a dataset with
-    `detfmt.sampling.repeat_factor_order_for`."""
+    `repeat_factor_order_for`."""
 
     order = "repeat_factor"
 

@@ -47,8 +47,9 @@ def estimate_sizes(samples: Sequence[tuple[Path, int, int]], raw_bytes: int,
                    jpeg_quality: int = 90) -> dict[str, int]:
     """{codec: estimated payload bytes of the whole dataset} from ``samples`` of (image file,
     stored height, stored width); {} when no sample decodes."""
-    from detfmt import _codecs, _image
     from detfmt.errors import DetfmtError
+    from detfmt.format import codecs as _codecs
+    from detfmt.writing import image as _image
 
     raw = 0
     encoded = dict.fromkeys(ESTIMATED_CODECS, 0)

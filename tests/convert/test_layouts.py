@@ -115,7 +115,7 @@ def test_coco_layouts_convert_without_flags(tmp_path, layout):
 
 def _pixel_error(path: Path, stored: np.ndarray) -> float:
     """Mean absolute difference between a stored image and a source file resized to it."""
-    from detfmt import _image
+    from detfmt.writing import image as _image
 
     pixels = _image.resize_rgb(_image.load_rgb(path), *stored.shape[:2])
     return float(np.abs(pixels.astype(np.int16) - stored.astype(np.int16)).mean())
