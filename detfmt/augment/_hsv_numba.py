@@ -11,13 +11,15 @@ bytes in one vectorised pass, each step as OpenCV's SIMD path does it:
   saturation and value ``trunc(clip(x g, 0, 255))`` in float32, with the integer k and the
   float32 gains g that `_native.lut_parameters` found to give every entry of the tables.
 - HSV -> RGB: OpenCV's float32 vector code, truncating to uint8. Its ``1 - s*h`` terms are
-  computed with one rounding (a fused multiply-add), as OpenCV's x86-64 AVX2 and aarch64 builds
-  compile them.
+  computed with one rounding (a fused multiply-add), as OpenCV's x86-64 AVX2 / AVX-512 and
+  aarch64 builds compile them.
 
 Within those rules the result equals OpenCV's byte for byte (tests/augment/test_hsv_kernel.py
-compares all 2**24 colours). Where OpenCV runs its scalar code instead (the last ``width % 32``
-pixels of a row, or a build without FMA), OpenCV itself differs from its vector path by at most
-one level; this kernel always follows the vector path.
+compares all 2**24 colours). Where OpenCV runs its scalar code instead (the last ``width % n``
+pixels of a row, n its vector step: 32 pixels with AVX2, 64 where OpenCV 4.14 or later
+dispatches its colour code to AVX-512, which the CPU decides; or a build without FMA), OpenCV
+itself differs from its vector path by at most one level (it rounds there); this kernel always
+follows the vector path, so its bytes do not depend on the image's width or the CPU.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 
 import numpy as np
@@ -42,10 +43,24 @@ def _ultralytics_hsv(image: np.ndarray, tables: np.ndarray) -> np.ndarray:
     return cv2.cvtColor(hsv, cv2.COLOR_HSV2RGB)
 
 
+@functools.cache
+def _vector_width() -> int:
+    """The pixels OpenCV's HSV -> RGB vector loop takes per step here: 32 with AVX2, 64 where
+    OpenCV (4.14 on) dispatches its colour code to AVX-512. Its scalar code does the last
+    ``width % n`` pixels of a row and rounds where the vector code truncates: the probe's red
+    is 138.73 (vector 138, scalar 139), so the narrowest row that gives 138 is one step."""
+    for width in (8, 16, 32, 64, 128, 256, 512, 1024):
+        probe = np.full((1, width, 3), (39, 113, 160), dtype=np.uint8)
+        if int(cv2.cvtColor(probe, cv2.COLOR_HSV2RGB)[0, 0, 0]) == 138:
+            return width
+    raise AssertionError("OpenCV's HSV -> RGB runs no vector code up to 1024 pixels a row")
+
+
 def _opencv_fuses_multiply_add() -> bool:
-    """Whether this OpenCV build computes HSV -> RGB's 1 - s*h with one rounding (its x86-64
-    AVX2 and aarch64 builds do); the kernel follows that path."""
-    probe = np.full((1, 32, 3), (1, 90, 85), dtype=np.uint8)
+    """Whether this OpenCV build's vector code computes HSV -> RGB's 1 - s*h with one rounding
+    (its x86-64 AVX2 / AVX-512 and aarch64 builds do); the kernel follows that path. The probe
+    row is one vector step wide: the scalar code rounds 55.999996 to 56 as well."""
+    probe = np.full((1, _vector_width(), 3), (1, 90, 85), dtype=np.uint8)
     return int(cv2.cvtColor(probe, cv2.COLOR_HSV2RGB)[0, 0, 1]) == 56
 
 
@@ -101,7 +116,7 @@ def test_a_table_without_closed_form_is_left_to_opencv():
     """r_s = -0.55: in float64 1 + r_s is just below 0.45, so 20 (1 + r_s) truncates to 9 and
     60 (1 + r_s) to 26; no float32 gain gives both. `recolour` declines, OpenCV runs."""
     rng = np.random.default_rng(2)
-    image = rng.integers(0, 256, (64, 96, 3), dtype=np.uint8)
+    image = rng.integers(0, 256, (64, 3 * _vector_width(), 3), dtype=np.uint8)  # no scalar tail
     gains = torch.tensor([[0.01, -0.55, -0.3013]], dtype=torch.float64)
     params, tables, used = _hsv_tables(gains)
     assert np.isnan(params[0, 1]) and not np.isnan(params[0, [0, 2]]).any()
@@ -118,9 +133,9 @@ def test_a_table_without_closed_form_is_left_to_opencv():
 
 @pytest.mark.parametrize("width", [1, 7, 31, 33, 641])
 def test_any_width_and_layout_agree(width):
-    """Rows of any length (the vector loop's remainder included) and every layout agree; where
-    OpenCV itself stays on its vector path (width % 32 == 0 is not required for equality of the
-    kernel's layouts) the kernel's four layouts are identical."""
+    """Rows of any length (the vector loop's remainder included): the kernel's four layouts are
+    identical, and equal OpenCV's where OpenCV stays on its vector path (the same pixels at the
+    start of a row a whole number of its vector steps wide)."""
     rng = np.random.default_rng(width)
     image = rng.integers(0, 256, (5, width, 3), dtype=np.uint8)
     g = np.array([[0.01, 0.6, -0.35]])
@@ -128,8 +143,9 @@ def test_any_width_and_layout_agree(width):
     first, *rest = _outputs(image, params)
     for other in rest:
         assert np.array_equal(first, other)
-    # the same pixels inside a 32-wide image, where OpenCV runs its vector code
-    padded = np.zeros((5, 32 * (width // 32 + 1), 3), np.uint8)
+    # the same pixels inside an image a whole number of vector steps wide (no scalar tail)
+    step = _vector_width()
+    padded = np.zeros((5, step * (width // step + 1), 3), np.uint8)
     padded[:, :width] = image
     if _opencv_fuses_multiply_add():
         want = _ultralytics_hsv(padded, hsv_luts(g)[0])[:, :width]
