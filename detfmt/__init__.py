@@ -55,7 +55,7 @@ if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and
     from detfmt.options import WriteOptions
     from detfmt.protocol import DatasetLike
     from detfmt.reader import Dataset
-    from detfmt.records import DatasetSchema, NumpyBatch, Sample
+    from detfmt.records import DatasetSchema, NumpyBatch, RaggedLabels, Sample
     from detfmt.schema import ClassInfo, Header
     from detfmt.shard.sharded import ShardedDataset
     from detfmt.shard.write import ShardMeta, commit, write_shard
@@ -71,6 +71,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "DatasetLike": ("detfmt.protocol", "DatasetLike"),
     "DatasetSchema": ("detfmt.records", "DatasetSchema"),
     "NumpyBatch": ("detfmt.records", "NumpyBatch"),
+    "RaggedLabels": ("detfmt.records", "RaggedLabels"),
     "Sample": ("detfmt.records", "Sample"),
     "ClassInfo": ("detfmt.schema", "ClassInfo"),
     "Header": ("detfmt.schema", "Header"),
@@ -116,6 +117,7 @@ __all__ = [
     "NotDetfmtError",
     "NumpyBatch",
     "PackError",
+    "RaggedLabels",
     "RootLayoutError",
     "Sample",
     "SampleIndexError",
