@@ -15,7 +15,8 @@ from detfmt import errors, spec
 from detfmt.protocol import DatasetLike
 from detfmt.storage import is_remote
 
-__all__ = ["is_sharded_root", "open_dataset", "split_location", "split_locations"]
+__all__ = ["dataset_parts", "is_sharded_root", "open_dataset", "split_location", "split_locations",
+           "split_output"]
 
 _SPLIT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
 
@@ -155,6 +156,21 @@ def split_locations(path: str | os.PathLike[str]) -> dict[str, str] | None:
     if index is None:
         return None
     return {name: split_location(text, name) for name in index}
+
+
+def dataset_parts(path: str | os.PathLike[str]) -> dict[str, str]:
+    """What a command given ``path`` works on: {split name: location} for every split of a
+    split root, else {"": path} (one dataset)."""
+    return split_locations(path) or {"": os.fspath(path)}
+
+
+def split_output(path: str, name: str) -> str:
+    """The output a command writes for split ``name`` of a split root: ``grid.png`` ->
+    ``grid_val.png`` ("" keeps ``path``: one dataset, one output)."""
+    if not name:
+        return path
+    stem, dot, suffix = path.rpartition(".")
+    return f"{stem}_{name}.{suffix}" if dot and "/" not in suffix else f"{path}_{name}"
 
 
 def open_dataset(path: str | os.PathLike[str], *, split: str | None = None,

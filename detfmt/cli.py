@@ -120,23 +120,9 @@ def _print_info(info: dict[str, Any]) -> None:
         print(line)
 
 
-def dataset_parts(path: str) -> dict[str, str]:
-    """What a command given ``path`` works on: {split name: location} for every split of a
-    split root, else {"": path} (one dataset)."""
-    from detfmt.api import split_locations
-
-    return split_locations(path) or {"": path}
-
-
-def split_output(path: str, name: str) -> str:
-    """``grid.png`` -> ``grid_val.png``: one output per split of a split root ("" keeps it)."""
-    if not name:
-        return path
-    stem, dot, suffix = path.rpartition(".")
-    return f"{stem}_{name}.{suffix}" if dot and "/" not in suffix else f"{path}_{name}"
-
-
 def _cmd_info(args: argparse.Namespace) -> int:
+    from detfmt.api import dataset_parts
+
     parts = dataset_parts(args.path)
     infos = {name: dataset_info(location) for name, location in parts.items()}
     if args.json:
@@ -151,6 +137,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     from detfmt._verify import verify
+    from detfmt.api import dataset_parts
 
     invalid = 0
     for name, location in dataset_parts(args.path).items():

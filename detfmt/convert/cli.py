@@ -134,7 +134,7 @@ def _cmd_convert(args: argparse.Namespace) -> int:
 
 
 def _cmd_export_coco(args: argparse.Namespace) -> int:
-    from detfmt.cli import dataset_parts, split_output
+    from detfmt.api import dataset_parts, split_output
     from detfmt.convert.export import to_coco
 
     for name, location in dataset_parts(args.dataset).items():
@@ -145,7 +145,7 @@ def _cmd_export_coco(args: argparse.Namespace) -> int:
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
-    from detfmt.cli import dataset_parts, split_output
+    from detfmt.api import dataset_parts, split_output
     from detfmt.show import render_grid
 
     for name, location in dataset_parts(args.dataset).items():

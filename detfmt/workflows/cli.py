@@ -106,8 +106,7 @@ def _cmd_merge(args: argparse.Namespace) -> int:
 
 
 def _cmd_stats(args: argparse.Namespace) -> int:
-    from detfmt.api import read_split_index, split_location
-    from detfmt.cli import split_output
+    from detfmt.api import read_split_index, split_location, split_output
     from detfmt.workflows.stats import format_stats, stats
 
     index = read_split_index(args.dataset)
