@@ -117,6 +117,22 @@ class DatasetLike(Protocol):
     def close(self) -> None: ...
 
 
+def _label_blocks(chosen: np.ndarray, counts: np.ndarray, slots: int) -> Iterator[np.ndarray]:
+    """``chosen`` in order, in blocks whose padded labels take at most ``slots`` slots (halved
+    until they do; a single sample is always one block)."""
+    n = len(counts)
+    wide = np.asarray(counts)[np.clip(chosen, -n, n - 1)] if n else np.zeros(0)
+    pending = [(0, len(chosen))]
+    while pending:
+        start, stop = pending.pop()
+        if stop - start > 1 and (stop - start) * int(wide[start:stop].max()) > slots:
+            middle = (start + stop) // 2
+            pending += [(middle, stop), (start, middle)]  # the first half comes out first
+            continue
+        if stop > start:
+            yield chosen[start:stop]
+
+
 class _NoFollower:
     def step(self, t: int, t_last: int | None = None) -> None:
         """Nothing to prepare: every part is local and mapped."""
@@ -160,17 +176,18 @@ class EpochIteration(Sequence):
         return self.engine.labels_only(indices)  # type: ignore[attr-defined]
 
     def ragged_labels(self, indices: Sequence[int] | np.ndarray | None = None, *,
-                      block: int = 65536) -> RaggedLabels:
+                      slots: int = 1 << 20) -> RaggedLabels:
         """The labels of samples (every sample when None) as rows, one per box, with offsets:
         sample ``indices[k]`` has rows ``offsets[k] : offsets[k + 1]``. The same on every kind
-        of dataset and either stored label layout (padded or ragged); checked like ``ds[i]``;
-        gathered ``block`` samples at a time, so memory is the boxes' own."""
+        of dataset and either stored label layout (padded or ragged); checked like ``ds[i]``.
+        Gathered in blocks padded to at most ``slots`` box slots (one crowded image does not
+        pad the others), so memory is the boxes' own."""
         chosen = (np.arange(len(self), dtype=np.int64) if indices is None
                   else np.asarray(indices, dtype=np.int64).reshape(-1))
         boxes, classes, counts = [], [], []
         fields: dict[str, list[np.ndarray]] = {}
-        for start in range(0, len(chosen), block):
-            part = self.labels(chosen[start : start + block])
+        for rows in _label_blocks(chosen, self.counts, slots):  # type: ignore[attr-defined]
+            part = self.labels(rows)
             boxes.append(part.boxes[part.mask])
             classes.append(part.classes[part.mask])
             counts.append(part.mask.sum(axis=1))

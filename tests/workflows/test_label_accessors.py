@@ -54,6 +54,8 @@ def test_every_label_through_one_accessor(kinds, kind):
         assert not padded.mask[i, k:].any()
         total += k
     assert total == len(rows.boxes) > 0
+    small = ds.ragged_labels(slots=8)  # gathered in many small blocks: the same rows
+    assert np.array_equal(small.boxes, rows.boxes) and np.array_equal(small.offsets, rows.offsets)
     some = np.array([n - 1, 3, 3, 0])  # any order, repeats
     picked = ds.ragged_labels(some)
     for k, i in enumerate(some.tolist()):
