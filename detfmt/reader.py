@@ -301,7 +301,8 @@ class Dataset(EpochIteration):
                 f"ds.{name} is the stored padded (N, M) array, and this dataset stores ragged "
                 f"labels (one row per box, SPEC §10): call ds.ragged_labels() (rows with "
                 f"offsets) or ds.labels() (padded arrays, materialised); both work on every "
-                f"dataset and layout", rule="RAGGED_LABELS", path=self.path)
+                f"dataset and layout (the raw rows: ds.stored_{name} with ds.counts)",
+                rule="RAGGED_LABELS", path=self.path)
 
     def _ragged_rows(self, rows: np.ndarray, counts: np.ndarray) -> slice | np.ndarray:
         """Where the ragged labels of ``rows`` lie, back to back: a slice when the rows are
