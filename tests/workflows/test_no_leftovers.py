@@ -21,7 +21,8 @@ def _locks(folder: Path) -> list[str]:
 
 
 def test_commands_leave_no_lock_files(chess_sample, tmp_path, capsys):
-    """convert, split, filter, merge on the bundled real sample: outputs and reports only."""
+    """convert, split, filter, merge, append on the bundled real sample: outputs and reports
+    only."""
     out = tmp_path / "out"
     assert main(["convert", "coco", str(SAMPLE / "annotations.coco.json"), str(out / "conv"),
                  "--images", str(SAMPLE), "--no-progress", "--workers", "1", "--max-side",
@@ -35,10 +36,14 @@ def test_commands_leave_no_lock_files(chess_sample, tmp_path, capsys):
     assert main(["convert", "coco", str(SAMPLE / "annotations.coco.json"), str(out / "conv"),
                  "--images", str(SAMPLE), "--no-progress", "--workers", "1", "--max-side",
                  "64", "--no-fingerprint", "--overwrite"]) == 0
+    assert main(["append", str(out / "root"), str(out / "conv")]) == 0
     capsys.readouterr()
     assert (out / "parts" / "splits.json").exists() and (out / "both" / "header.json").exists()
     assert _locks(out) == []
-    assert not [p for p in out.rglob(".detfmt-tmp-*")]
+    assert sorted(os.listdir(out)) == ["both", "conv", "conv.report.json", "kept", "parts",
+                                       "root"]
+    assert sorted(os.listdir(out / "root")) == ["manifest.json", "shards"]
+    assert sorted(os.listdir(out / "parts")) == ["splits.json", "train", "val"]
 
 
 def test_cleanup_removes_stale_locks_and_says_so(tmp_path, capsys):
