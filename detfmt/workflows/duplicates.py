@@ -41,17 +41,17 @@ def payload_keys(ds: DatasetLike) -> tuple[np.ndarray, np.ndarray]:
     from detfmt.shard.sharded import ShardedDataset
 
     if isinstance(ds, Dataset):
-        parts = [ds]
-    elif isinstance(ds, ShardedDataset):
-        parts = [ds.shard(k) for k in range(len(ds.shards)) if ds.shards[k].num_samples]
-    else:  # any other DatasetLike, one sample at a time
-        checksums = np.array([ds.payload_checksum(i) for i in range(len(ds))], np.uint64)
-        sizes = np.array([len(ds.payload(i)) for i in range(len(ds))], np.uint64)
-        return checksums, sizes
-    if not parts:
-        return np.zeros(0, np.uint64), np.zeros(0, np.uint64)
-    return (np.concatenate([np.asarray(p.index["checksum"], np.uint64) for p in parts]),
-            np.concatenate([np.asarray(p.index["nbytes"], np.uint64) for p in parts]))
+        return (np.array(ds.index["checksum"], np.uint64), np.array(ds.index["nbytes"], np.uint64))
+    if isinstance(ds, ShardedDataset):  # a shard at a time (copies: none is kept open)
+        keys = [payload_keys(ds.shard(k)) for k in range(len(ds.shards))
+                if ds.shards[k].num_samples]
+        if not keys:
+            return np.zeros(0, np.uint64), np.zeros(0, np.uint64)
+        return np.concatenate([c for c, _ in keys]), np.concatenate([s for _, s in keys])
+    # any other DatasetLike, one sample at a time
+    checksums = np.array([ds.payload_checksum(i) for i in range(len(ds))], np.uint64)
+    sizes = np.array([len(ds.payload(i)) for i in range(len(ds))], np.uint64)
+    return checksums, sizes
 
 
 def find_duplicates(datasets: Sequence[DatasetLike], *, first_new: int = 0,

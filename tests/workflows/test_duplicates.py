@@ -32,6 +32,11 @@ def test_append_refuses_samples_already_in_the_root(raccoon, tmp_path, capsys):
     with pytest.raises(detfmt.IncompatibleDatasetsError):  # the same source twice in one call
         append(tmp_path / "other", [raccoon, raccoon])
     assert not (tmp_path / "other" / "manifest.json").exists()
+    again = tmp_path / "again"  # a sharded root as the source
+    append(again, raccoon)
+    with pytest.raises(detfmt.IncompatibleDatasetsError):
+        append(again, root)
+    assert len(detfmt.open(again)) == len(detfmt.open(raccoon))
     assert main(["append", str(root), str(raccoon), "--allow-duplicates"]) == 0
     assert len(detfmt.open(root)) == 2 * len(detfmt.open(raccoon))
 
