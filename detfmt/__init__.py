@@ -47,7 +47,7 @@ from detfmt.format.spec import FORMAT_VERSION
 from detfmt.version import __version__
 
 if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and IDEs
-    from detfmt.format.records import DatasetSchema, NumpyBatch, Sample
+    from detfmt.format.records import DatasetSchema, NumpyBatch, RaggedLabels, Sample
     from detfmt.format.schema import ClassInfo, Header
     from detfmt.reading.dataset import Dataset
     from detfmt.reading.kernel import load as use_native_gather
@@ -71,6 +71,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "DatasetLike": ("detfmt.reading.protocol", "DatasetLike"),
     "DatasetSchema": ("detfmt.format.records", "DatasetSchema"),
     "NumpyBatch": ("detfmt.format.records", "NumpyBatch"),
+    "RaggedLabels": ("detfmt.format.records", "RaggedLabels"),
     "Sample": ("detfmt.format.records", "Sample"),
     "ClassInfo": ("detfmt.format.schema", "ClassInfo"),
     "Header": ("detfmt.format.schema", "Header"),
@@ -116,6 +117,7 @@ __all__ = [
     "NotDetfmtError",
     "NumpyBatch",
     "PackError",
+    "RaggedLabels",
     "RootLayoutError",
     "Sample",
     "SampleIndexError",

@@ -122,26 +122,38 @@ def _print_info(info: dict[str, Any]) -> None:
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
-    info = dataset_info(args.path)
+    from detfmt.reading.opener import dataset_parts
+
+    parts = dataset_parts(args.path)
+    infos = {name: dataset_info(location) for name, location in parts.items()}
     if args.json:
-        print(json.dumps(info, indent=2, ensure_ascii=False))
-    else:
+        print(json.dumps(infos.get("", infos), indent=2, ensure_ascii=False))
+        return 0
+    for name, info in infos.items():
+        if name:
+            print(f"== split {name}")
         _print_info(info)
     return 0
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
+    from detfmt.reading.opener import dataset_parts
     from detfmt.reading.verify import verify
 
-    report = verify(args.path, raise_on_error=False)
-    if report.ok:
-        print(f"{args.path}: valid ({report.num_samples} samples, every rule checked)")
-        return 0
-    for violation in report.violations:
-        print(violation, file=sys.stderr)
-    more = " (more not shown)" if report.truncated else ""
-    print(f"{args.path}: INVALID, {len(report.violations)} violation(s){more}", file=sys.stderr)
-    return 1
+    invalid = 0
+    for name, location in dataset_parts(args.path).items():
+        where = f"{args.path} (split {name})" if name else args.path
+        report = verify(location, raise_on_error=False)
+        if report.ok:
+            print(f"{where}: valid ({report.num_samples} samples, every rule checked)")
+            continue
+        invalid += 1
+        for violation in report.violations:
+            print(violation, file=sys.stderr)
+        more = " (more not shown)" if report.truncated else ""
+        print(f"{where}: INVALID, {len(report.violations)} violation(s){more}",
+              file=sys.stderr)
+    return 1 if invalid else 0
 
 
 def _cmd_cleanup(args: argparse.Namespace) -> int:
@@ -223,11 +235,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=_version())
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     info = commands.add_parser("info", help="summarize a dataset (with its card)")
-    info.add_argument("path", help="the dataset")
+    info.add_argument("path", help="the dataset (a split root: every split)")
     info.add_argument("--json", action="store_true", help="print JSON")
     info.set_defaults(run=_cmd_info)
     check = commands.add_parser("validate", help="check every rule of SPEC.md (full verify)")
-    check.add_argument("path", help="the dataset")
+    check.add_argument("path", help="the dataset (a split root: every split)")
     check.set_defaults(run=_cmd_validate)
     clean = commands.add_parser("cleanup", help="remove temporary directories of dead writers")
     clean.add_argument("directory", help="the directory holding the dataset(s)")
@@ -278,7 +290,9 @@ def cli_spelling(text: str, parser: argparse.ArgumentParser | None) -> str:
 def _version() -> str:
     from detfmt.version import __version__
 
-    return f"detfmt {__version__} (format {spec.FORMAT_VERSION})"
+    newest = max((spec.FORMAT_VERSION, spec.FORMAT_VERSION_SHARDED, spec.FORMAT_VERSION_RAGGED),
+                 key=lambda v: tuple(int(part) for part in v.split(".")))
+    return f"detfmt {__version__} (writes format {newest}; reads format {spec.MAJOR_VERSION}.x)"
 
 
 def _interrupt_in_parent_only() -> None:

@@ -265,9 +265,11 @@ def lock_path(target: Path) -> Path:
     return target.parent / f".{target.name}{LOCK_SUFFIX}"
 
 
-#: lock fds this process holds: a forked worker closes them (`close_inherited_locks`), or
-#: it would keep the target locked after its parent died
-HELD_LOCKS: set[int] = set()
+#: lock fds this process holds, with their lock file: a forked worker closes them
+#: (`close_inherited_locks`), or it would keep the target locked after its parent died
+HELD_LOCKS: dict[int, Path] = {}
+
+_LOCK_TRIES = 64  # a lock file unlinked under us by its last holder: open the new one
 
 
 def lock_target(target: Path) -> int:
@@ -275,23 +277,42 @@ def lock_target(target: Path) -> int:
 
     The lock is ``flock`` on a sibling file, so the kernel releases it when its holder dies;
     the file then records the holder (``pid@host``) for the error another writer gets.
+    `unlock` removes the file (a finished command leaves only its output): a process that
+    locked a file just unlinked by its holder sees it is no longer at the path and retries.
 
     Raises:
         BlockingIOError: another process holds it.
     """
-    fd = open_fd(str(lock_path(target)), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW
-                 | getattr(os, "O_CLOEXEC", 0))
+    path = lock_path(target)
+    for _ in range(_LOCK_TRIES):
+        fd = open_fd(str(path), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW
+                     | getattr(os, "O_CLOEXEC", 0))
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if not _still_at(fd, path):  # its holder removed it after we opened it
+                os.close(fd)
+                continue
+            HELD_LOCKS[fd] = path
+            holder = f"{os.getpid()}@{socket.gethostname()}\n".encode()
+            os.ftruncate(fd, 0)
+            write_all(fd, holder, 0)
+        except BaseException:
+            HELD_LOCKS.pop(fd, None)
+            with contextlib.suppress(OSError):
+                os.close(fd)
+            raise
+        return fd
+    raise BlockingIOError(errno.EAGAIN, f"{path} kept being replaced while locking it")
+
+
+def _still_at(fd: int, path: Path) -> bool:
+    """True when the locked file ``fd`` is the file at ``path`` (not one unlinked since)."""
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        HELD_LOCKS.add(fd)
-        holder = f"{os.getpid()}@{socket.gethostname()}\n".encode()
-        os.ftruncate(fd, 0)
-        write_all(fd, holder, 0)
-    except BaseException:
-        HELD_LOCKS.discard(fd)
-        os.close(fd)
-        raise
-    return fd
+        here = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    mine = os.fstat(fd)
+    return (here.st_ino, here.st_dev) == (mine.st_ino, mine.st_dev)
 
 
 def lock_holder(target: Path) -> tuple[int, str] | None:
@@ -309,8 +330,12 @@ def lock_holder(target: Path) -> tuple[int, str] | None:
 
 
 def unlock(fd: int) -> None:
-    HELD_LOCKS.discard(fd)
+    """Release a lock of `lock_target`, removing its file first (while still holding it)."""
+    path = HELD_LOCKS.pop(fd, None)
     try:
+        if path is not None and _still_at(fd, path):
+            with contextlib.suppress(OSError):  # a lock file left behind is only untidy
+                os.unlink(path)
         fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)

@@ -156,18 +156,23 @@ def _cmd_convert(args: argparse.Namespace) -> int:
 
 def _cmd_export_coco(args: argparse.Namespace) -> int:
     from detfmt.convert.export import to_coco
+    from detfmt.reading.opener import dataset_parts, split_output
 
-    counts = to_coco(args.dataset, args.out)
-    print(f"wrote {args.out}: {counts['images']} images, {counts['annotations']} annotations")
+    for name, location in dataset_parts(args.dataset).items():
+        out = split_output(args.out, name)
+        counts = to_coco(location, out)
+        print(f"wrote {out}: {counts['images']} images, {counts['annotations']} annotations")
     return 0
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
+    from detfmt.reading.opener import dataset_parts, split_output
     from detfmt.workflows.show import render_grid
 
-    out = render_grid(args.dataset, args.out, args.index or None, cell=args.cell,
-                      columns=args.columns)
-    print(f"wrote {out}")
+    for name, location in dataset_parts(args.dataset).items():
+        out = render_grid(location, split_output(args.out, name), args.index or None,
+                          cell=args.cell, columns=args.columns)
+        print(f"wrote {out}")
     return 0
 
 
@@ -273,14 +278,15 @@ def register(commands: argparse._SubParsersAction) -> None:
     export = commands.add_parser("export", help="export a detfmt dataset to another format")
     targets = export.add_subparsers(dest="target_format", required=True, metavar="FORMAT")
     to_coco = targets.add_parser("coco", help="COCO instances JSON in original coordinates")
-    to_coco.add_argument("dataset", help="the detfmt dataset")
-    to_coco.add_argument("out", help="output JSON file")
+    to_coco.add_argument("dataset", help="the detfmt dataset (a split root: every split)")
+    to_coco.add_argument("out", help="output JSON file (a split root: OUT_<split>.json each)")
     to_coco.set_defaults(run=_cmd_export_coco)
 
     show = commands.add_parser("show", help="draw samples with their boxes into a PNG grid")
-    show.add_argument("dataset", help="the detfmt dataset")
+    show.add_argument("dataset", help="the detfmt dataset (a split root: every split)")
     show.add_argument("--index", type=int, nargs="+", help="sample indices (default: 16 spread)")
-    show.add_argument("--out", default="grid.png", help="output PNG")
+    show.add_argument("--out", default="grid.png", help="output PNG (a split root: "
+                      "OUT_<split>.png each)")
     show.add_argument("--cell", type=_positive, default=320, help="cell size in pixels")
     show.add_argument("--columns", type=_positive, help="grid columns (default: square)")
     show.set_defaults(run=_cmd_show)

@@ -17,7 +17,8 @@ import numpy as np
 from detfmt import errors
 from detfmt.format.schema import BoxField, ClassInfo
 
-__all__ = ["DatasetSchema", "NumpyBatch", "Sample", "batch_indices", "sample_index"]
+__all__ = ["DatasetSchema", "NumpyBatch", "RaggedLabels", "Sample", "batch_indices",
+           "sample_index"]
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,36 @@ class NumpyBatch:
         b, h, w = self.images.shape[:3]
         return (f"NumpyBatch(samples={b}, images={h}x{w}, boxes={int(self.mask.sum())} in "
                 f"{self.mask.shape[1]} slots, fields={sorted(self.fields)})")
+
+
+@dataclass
+class RaggedLabels:
+    """The labels of samples as rows, one per box, back to back (what ``ds.ragged_labels()``
+    returns on every kind of dataset, whatever label layout it stores): sample ``indices[k]``
+    has the rows ``offsets[k] : offsets[k + 1]``; no padding, so it costs what the boxes do."""
+
+    boxes: np.ndarray  # (T, 4) float32, xyxy pixels
+    classes: np.ndarray  # (T,) int32
+    offsets: np.ndarray  # (B + 1,) int64, offsets[0] == 0, offsets[-1] == T
+    indices: np.ndarray  # (B,) int64
+    fields: dict[str, np.ndarray] = field(default_factory=dict)  # per-box (T,) fields
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    @property
+    def counts(self) -> np.ndarray:
+        """(B,) boxes per sample."""
+        return np.diff(self.offsets)
+
+    def of(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(boxes, classes) of the k-th sample of these labels (sample ``indices[k]``)."""
+        start, stop = int(self.offsets[k]), int(self.offsets[k + 1])
+        return self.boxes[start:stop], self.classes[start:stop]
+
+    def __repr__(self) -> str:
+        return (f"RaggedLabels(samples={len(self)}, boxes={len(self.classes)}, "
+                f"fields={sorted(self.fields)})")
 
 
 class DatasetSchema(msgspec.Struct, frozen=True, kw_only=True):

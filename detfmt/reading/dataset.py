@@ -301,9 +301,10 @@ class Dataset(EpochIteration):
     def _padded_layout(self, name: str) -> None:
         if self.ragged:
             raise errors.UsageError(
-                f"ds.{name} is the padded (N, M) layout; this dataset stores ragged labels "
-                f"(one row per box, SPEC §10): read labels with ds.labels(indices), ds.batch "
-                f"or ds[i], or the flat rows as ds.stored_{name} with ds.counts",
+                f"ds.{name} is the stored padded (N, M) array, and this dataset stores ragged "
+                f"labels (one row per box, SPEC §10): call ds.ragged_labels() (rows with "
+                f"offsets) or ds.labels() (padded arrays, materialised); both work on every "
+                f"dataset and layout (the raw rows: ds.stored_{name} with ds.counts)",
                 rule="RAGGED_LABELS", path=self.path)
 
     def _ragged_rows(self, rows: np.ndarray, counts: np.ndarray) -> slice | np.ndarray:

@@ -16,7 +16,8 @@ from detfmt.format import spec
 from detfmt.reading.protocol import DatasetLike
 from detfmt.storage import is_remote
 
-__all__ = ["is_sharded_root", "open_dataset", "split_location"]
+__all__ = ["dataset_parts", "is_sharded_root", "open_dataset", "split_location", "split_locations",
+           "split_output"]
 
 _SPLIT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
 
@@ -68,22 +69,109 @@ def read_split_index(path: str | os.PathLike[str]) -> dict[str, str] | None:
     return {str(name): entry["path"] for name, entry in index["splits"].items()}
 
 
+#: split names the converters write under another name (``valid`` is stored as ``val``)
+SPLIT_ALIASES = {"valid": "val", "validation": "val"}
+
+
 def split_location(path: str | os.PathLike[str], split: str) -> str:
-    """Where split ``split`` (``"train"``, ``"val"``...) of a converted dataset lives: the path
-    its ``splits.json`` gives, else ``<path>/<split>``."""
+    """Where split ``split`` (``"train"``, ``"val"``...) of a split root lives: the path its
+    ``splits.json`` gives (``valid`` finds ``val``, as the converters name it).
+
+    Raises:
+        UsageError: ``split`` is not a plain name, or the root has no such split.
+        DatasetNotFoundError: ``path`` holds no ``splits.json`` (rule ``SPLITS_MISSING``): a
+            folder of datasets without it (an interrupted convert) is not a split root.
+        UnsafePathError: the split folder is a symbolic link (``PATH_UNSAFE``): a split root
+            serves only the folders inside it.
+    """
     if not isinstance(split, str) or not _SPLIT.match(split) or split in (".", ".."):
         raise errors.UsageError(f"split must be a plain name such as 'train' or 'val', got "
                                 f"{split!r}")
     text = os.fspath(path).rstrip("/")
     index = read_split_index(text)
-    if index is not None:
-        if split not in index:
-            raise errors.UsageError(f"no split {split!r}; this dataset has {sorted(index)}",
-                                    path=text)
-        split = index[split]
+    if index is None:
+        raise errors.DatasetNotFoundError(_no_index_reason(text, split), rule="SPLITS_MISSING",
+                                          path=text)
+    name = _split_name(index, split)
+    if name is None:
+        raise errors.UsageError(f"no split {split!r}; this dataset has {sorted(index)}",
+                                path=text)
     if is_remote(text):
-        return f"{text}/{split}"
-    return os.path.join(text, split)
+        return f"{text}/{index[name]}"
+    location = os.path.join(text, index[name])
+    _check_inside(text, location, name)
+    return location
+
+
+def _split_name(index: dict[str, str], split: str) -> str | None:
+    """The index's name for ``split``: itself, or the name it is an alias of (either way)."""
+    if split in index:
+        return split
+    wanted = SPLIT_ALIASES.get(split, split)
+    for name in index:
+        if SPLIT_ALIASES.get(name, name) == wanted:
+            return name
+    return None
+
+
+def _local(text: str) -> str:
+    return text[len("file://") :] if text.startswith("file://") else text
+
+
+def _no_index_reason(text: str, split: str) -> str:
+    local = _local(text)
+    if is_remote(text):
+        return f"no {SPLITS_FILE} here: not a split root, so there is no split {split!r}"
+    if not os.path.isdir(local):
+        return f"no such folder: cannot open split {split!r}"
+    if os.path.lexists(os.path.join(local, spec.HEADER_FILE)) or is_sharded_root(text):
+        return (f"this is one dataset, not a split root (no {SPLITS_FILE}): open it without "
+                "split=")
+    return (f"no {SPLITS_FILE}: not a split root (a convert or split writes it last, so this "
+            f"one was interrupted or the folder was made by hand); re-run it, or open the "
+            f"dataset folder {os.path.join(text, split)!r} itself")
+
+
+def _check_inside(root: str, location: str, name: str) -> None:
+    """A split folder must be a real folder inside the root, never a link to elsewhere."""
+    local = _local(location)
+    real_root = os.path.realpath(_local(root))
+    real = os.path.realpath(local)
+    if os.path.islink(local) or os.path.dirname(real) != real_root:
+        raise errors.UnsafePathError(
+            f"split {name!r} resolves to {real}, outside the split root {real_root} (a "
+            "symbolic link): a split root serves only the folders inside it",
+            rule="PATH_UNSAFE", path=location)
+
+
+def split_locations(path: str | os.PathLike[str]) -> dict[str, str] | None:
+    """{split name: location} of every split of a split root, in index order; None when
+    ``path`` is one dataset (or no split root): what commands that take a dataset do per
+    split."""
+    text = os.fspath(path)
+    local = _local(text)
+    if not is_remote(text) and (os.path.lexists(os.path.join(local, spec.MANIFEST_FILE))
+                                or os.path.lexists(os.path.join(local, spec.HEADER_FILE))):
+        return None
+    index = read_split_index(text)
+    if index is None:
+        return None
+    return {name: split_location(text, name) for name in index}
+
+
+def dataset_parts(path: str | os.PathLike[str]) -> dict[str, str]:
+    """What a command given ``path`` works on: {split name: location} for every split of a
+    split root, else {"": path} (one dataset)."""
+    return split_locations(path) or {"": os.fspath(path)}
+
+
+def split_output(path: str, name: str) -> str:
+    """The output a command writes for split ``name`` of a split root: ``grid.png`` ->
+    ``grid_val.png`` ("" keeps ``path``: one dataset, one output)."""
+    if not name:
+        return path
+    stem, dot, suffix = path.rpartition(".")
+    return f"{stem}_{name}.{suffix}" if dot and "/" not in suffix else f"{path}_{name}"
 
 
 def open_dataset(path: str | os.PathLike[str], *, split: str | None = None,
@@ -94,8 +182,9 @@ def open_dataset(path: str | os.PathLike[str], *, split: str | None = None,
     Args:
         path: a 1.0 dataset directory, a sharded root (a directory with manifest.json), or the
             URL of a sharded root (``s3://bucket/ds``, ``http://host/ds``, any fsspec URL).
-        split: open the split of that name (``path/<split>``), as the converters lay out
-            several splits of one source.
+        split: open the split of that name of a split root (``path`` holds ``splits.json``
+            and one dataset per split, as the converters and ``detfmt split`` write it);
+            ``"valid"`` opens ``val``.
         max_header_bytes: 1.0 datasets: the header.json size limit (R-2).
         sharded_options: sharded roots: ``storage_options``, ``cache_dir``, ``cache_limit``,
             ``max_open`` (see `detfmt.ShardedDataset`).

@@ -12,11 +12,12 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from detfmt.format.records import DatasetSchema, NumpyBatch, Sample
+from detfmt.format.records import DatasetSchema, NumpyBatch, RaggedLabels, Sample
 from detfmt.order import DEFAULT_SHARD_WINDOW, EpochPlan, OrderSpec, OrderState
 from detfmt.reading.gather import Gather, batch_buffer
 
-__all__ = ["DatasetLike", "DatasetSchema", "EpochIteration", "NumpyBatch", "Sample"]
+__all__ = ["DatasetLike", "DatasetSchema", "EpochIteration", "NumpyBatch", "RaggedLabels",
+           "Sample"]
 
 
 @runtime_checkable
@@ -70,8 +71,13 @@ class DatasetLike(Protocol):
     def batch_buffer(self, batch_size: int, *, canvas: tuple[int, int] | None = None
                      ) -> np.ndarray: ...
 
-    def labels(self, indices: Sequence[int] | np.ndarray) -> NumpyBatch:
-        """Boxes, classes, mask and fields of samples, without pixels (``images`` is empty)."""
+    def labels(self, indices: Sequence[int] | np.ndarray | None = None) -> NumpyBatch:
+        """Boxes, classes, mask and fields of samples (all when None), padded to their
+        largest count, without pixels (``images`` is empty)."""
+
+    def ragged_labels(self, indices: Sequence[int] | np.ndarray | None = None
+                      ) -> RaggedLabels:
+        """The labels of samples (all when None) as one row per box with offsets."""
 
     def image_shape(self, index: int) -> tuple[int, int, int]: ...
 
@@ -111,6 +117,22 @@ class DatasetLike(Protocol):
     def close(self) -> None: ...
 
 
+def _label_blocks(chosen: np.ndarray, counts: np.ndarray, slots: int) -> Iterator[np.ndarray]:
+    """``chosen`` in order, in blocks whose padded labels take at most ``slots`` slots (halved
+    until they do; a single sample is always one block)."""
+    n = len(counts)
+    wide = np.asarray(counts)[np.clip(chosen, -n, n - 1)] if n else np.zeros(0)
+    pending = [(0, len(chosen))]
+    while pending:
+        start, stop = pending.pop()
+        if stop - start > 1 and (stop - start) * int(wide[start:stop].max()) > slots:
+            middle = (start + stop) // 2
+            pending += [(middle, stop), (start, middle)]  # the first half comes out first
+            continue
+        if stop > start:
+            yield chosen[start:stop]
+
+
 class _NoFollower:
     def step(self, t: int, t_last: int | None = None) -> None:
         """Nothing to prepare: every part is local and mapped."""
@@ -145,9 +167,45 @@ class EpochIteration(Sequence):
             indices, out=out, pad_value=pad_value, num_threads=num_threads, canvas=canvas,
             max_boxes=max_boxes)
 
-    def labels(self, indices: Sequence[int] | np.ndarray) -> NumpyBatch:
-        """Boxes, classes, mask and per-box fields of samples, without pixels."""
+    def labels(self, indices: Sequence[int] | np.ndarray | None = None) -> NumpyBatch:
+        """Boxes, classes, mask and per-box fields of samples, without pixels: padded (B, m, 4)
+        arrays, m the largest count among them, materialised on request on every dataset and
+        label layout. ``indices`` None: every sample (mind the padding of one crowded image;
+        `ragged_labels` has none)."""
+        if indices is None:
+            indices = np.arange(len(self))
         return self.engine.labels_only(indices)  # type: ignore[attr-defined]
+
+    def ragged_labels(self, indices: Sequence[int] | np.ndarray | None = None, *,
+                      slots: int = 1 << 20) -> RaggedLabels:
+        """The labels of samples (every sample when None) as rows, one per box, with offsets:
+        sample ``indices[k]`` has rows ``offsets[k] : offsets[k + 1]``. The same on every kind
+        of dataset and either stored label layout (padded or ragged); checked like ``ds[i]``.
+        Gathered in blocks padded to at most ``slots`` box slots (one crowded image does not
+        pad the others), so memory is the boxes' own."""
+        chosen = (np.arange(len(self), dtype=np.int64) if indices is None
+                  else np.asarray(indices, dtype=np.int64).reshape(-1))
+        boxes, classes, counts = [], [], []
+        fields: dict[str, list[np.ndarray]] = {}
+        for rows in _label_blocks(chosen, self.counts, slots):  # type: ignore[attr-defined]
+            part = self.labels(rows)
+            boxes.append(part.boxes[part.mask])
+            classes.append(part.classes[part.mask])
+            counts.append(part.mask.sum(axis=1))
+            for name, values in part.fields.items():
+                fields.setdefault(name, []).append(values[part.mask])
+        offsets = np.zeros(len(chosen) + 1, np.int64)
+        if counts:
+            np.cumsum(np.concatenate(counts), out=offsets[1:])
+        if not boxes:  # no sample asked for
+            schema = self.schema  # type: ignore[attr-defined]
+            return RaggedLabels(
+                boxes=np.zeros((0, 4), np.float32), classes=np.zeros(0, np.int32),
+                offsets=offsets, indices=chosen,
+                fields={f.name: np.zeros(0, np.dtype(f.dtype)) for f in schema.box_fields})
+        return RaggedLabels(boxes=np.concatenate(boxes), classes=np.concatenate(classes),
+                            offsets=offsets, indices=chosen,
+                            fields={name: np.concatenate(parts) for name, parts in fields.items()})
 
     def batch_buffer(self, batch_size: int, *, canvas: tuple[int, int] | None = None
                      ) -> np.ndarray:

@@ -64,10 +64,16 @@ def append(
     storage_options: Mapping[str, Any] | None = None,
     source_options: Mapping[str, Any] | None = None,
     metadata: Mapping[str, str] | None = None,
+    allow_duplicates: bool = False,
 ) -> Manifest:
     """Append ``sources`` to the sharded root ``root`` in one atomic commit; returns the new
     manifest. ``storage_options`` apply to ``root``, ``source_options`` to remote sources;
-    ``metadata`` entries are added to the manifest's."""
+    ``metadata`` entries are added to the manifest's.
+
+    A sample whose image bytes (payload checksum and size) are already in the root, or in an
+    earlier source, is refused before anything is copied (`IncompatibleDatasetsError`, rule
+    ``DUPLICATE_SAMPLES``, naming them) unless ``allow_duplicates``: appending the same data
+    twice is never silent."""
     if isinstance(sources, (str, os.PathLike)):
         sources = [sources]
     if not sources:
@@ -87,6 +93,8 @@ def append(
             rule="FILE_MISSING")
     else:
         old = None  # a new root: the first source's schema
+    if not allow_duplicates:
+        _refuse_duplicates(root, storage_options, old, sources, source_options)
     write_id = uuid.uuid4().hex
     prefix = f"append-{write_id[:12]}-"
     schema: Schema | None = old.schema if old is not None else None
@@ -119,6 +127,38 @@ def append(
                     storage.delete(entry.info.path)
             raise
     return manifest
+
+
+def _refuse_duplicates(root: str | os.PathLike[str], storage_options: Mapping[str, Any] | None,
+                       old: Manifest | None, sources: Sequence[str | os.PathLike[str]],
+                       source_options: Mapping[str, Any] | None) -> None:
+    """Refuse samples whose payload is already in the root or in an earlier source (from the
+    indexes: nothing is decoded; a remote root's shards are read through the cache)."""
+    from detfmt.reading.duplicates import describe, find_duplicates
+    from detfmt.reading.opener import is_sharded_root, open_dataset
+
+    with contextlib.ExitStack() as stack:
+        datasets = []
+        if old is not None and old.num_samples:
+            options = {"storage_options": storage_options} if storage_options else {}
+            datasets.append(stack.enter_context(open_dataset(os.fspath(root), **options)))
+        first_new = len(datasets)
+        for source in sources:
+            text = os.fspath(source)
+            options = ({"storage_options": source_options}
+                       if source_options and is_sharded_root(text) else {})
+            datasets.append(stack.enter_context(open_dataset(text, **options)))
+        classes = {tuple((c.name, c.source_id) for c in ds.schema.classes) for ds in datasets}
+        if len(classes) > 1:  # incompatible: the schema check names that first
+            return
+        found = find_duplicates(datasets, first_new=first_new, within=False)
+    if found:
+        raise IncompatibleDatasetsError(
+            f"{len(found)} sample(s) to append have the same image bytes as a sample already "
+            f"in the root or in an earlier source ({'; '.join(describe(found, 3))}): appending "
+            "them would add the same data twice; leave them out of the source, or pass "
+            "allow_duplicates=True to append them anyway",
+            rule="DUPLICATE_SAMPLES", path=found[0].location)
 
 
 class _Added(msgspec.Struct, frozen=True):

@@ -27,7 +27,7 @@ def _cmd_append(args: argparse.Namespace) -> int:
     from detfmt.shard.append import append
 
     before = _count(args.root)
-    manifest = append(args.root, args.sources)
+    manifest = append(args.root, args.sources, allow_duplicates=args.allow_duplicates)
     added = manifest.num_samples - before
     print(f"appended {added} sample(s) to {args.root}: {manifest.num_samples} sample(s) in "
           f"{len(manifest.shards)} shard(s)")
@@ -67,4 +67,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     append.add_argument("root", help="the sharded dataset root to grow (holds manifest.json)")
     append.add_argument("sources", nargs="+", metavar="SRC",
                         help="a 1.0 dataset directory or a sharded root, with the same classes")
+    append.add_argument("--allow-duplicates", action="store_true",
+                        help="append samples whose image bytes are already in the root or an "
+                        "earlier source (refused otherwise)")
     append.set_defaults(run=_cmd_append)

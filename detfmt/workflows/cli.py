@@ -106,7 +106,7 @@ def _cmd_merge(args: argparse.Namespace) -> int:
 
 
 def _cmd_stats(args: argparse.Namespace) -> int:
-    from detfmt.reading.opener import read_split_index, split_location
+    from detfmt.reading.opener import read_split_index, split_location, split_output
     from detfmt.workflows.stats import format_stats, stats
 
     index = read_split_index(args.dataset)
@@ -119,7 +119,7 @@ def _cmd_stats(args: argparse.Namespace) -> int:
         from detfmt.workflows.plot import plot_stats
 
         for name in parts:
-            target = args.plot if not name else _suffixed(args.plot, name)
+            target = split_output(args.plot, name)
             plot_stats(split_location(args.dataset, name) if name else args.dataset, target)
             print(f"wrote {target}", file=sys.stderr if args.json else sys.stdout)
     if args.json:
@@ -130,12 +130,6 @@ def _cmd_stats(args: argparse.Namespace) -> int:
             print(f"== split {name}")
         _print(format_stats(data, max_classes=args.max_classes))
     return 0
-
-
-def _suffixed(path: str, name: str) -> str:
-    """``stats.png`` -> ``stats_val.png``: one plot per split of a split root."""
-    stem, dot, suffix = path.rpartition(".")
-    return f"{stem}_{name}.{suffix}" if dot and "/" not in suffix else f"{path}_{name}"
 
 
 def _cmd_export_yolo(args: argparse.Namespace) -> int:

@@ -11,7 +11,6 @@ kept (a shared license survives), and the card's lineage lists every source.
 
 from __future__ import annotations
 
-import array
 import contextlib
 import dataclasses
 import json
@@ -23,6 +22,7 @@ import numpy as np
 
 from detfmt import errors
 from detfmt.format.schema import ClassInfo
+from detfmt.reading.duplicates import Duplicate, describe, find_duplicates
 from detfmt.reading.protocol import DatasetLike
 from detfmt.workflows._copy import Source, opened, stored_samples
 from detfmt.workflows._splitroot import SplitsReport, for_each_split, located, split_index
@@ -70,6 +70,8 @@ class MergeReport:
     plan: MergePlan
     identical_payloads: int  # samples whose payload equals an earlier sample's (same checksum)
     write: WriteReport
+    #: each of those samples, named, with the earlier sample it repeats
+    duplicates: list[Duplicate] = dataclasses.field(default_factory=list)
 
     @property
     def samples(self) -> int:
@@ -81,7 +83,8 @@ class MergeReport:
         lines += self.plan.lines(self.sources)
         if self.identical_payloads:
             lines.append(f"  note: {self.identical_payloads} samples have the same image bytes "
-                         "as an earlier sample (duplicates across or within sources?)")
+                         "as an earlier sample (duplicates across or within sources):")
+            lines += [f"    {line}" for line in describe(self.duplicates)]
         return lines
 
 
@@ -217,12 +220,11 @@ def _merge(datasets: list[DatasetLike], plan: MergePlan, dst: str | os.PathLike[
         if os.path.abspath(ds.location) == target and not overwrite:
             raise errors.TargetExistsError("the destination is one of the sources",
                                            path=target)
-    checksums = array.array("Q")
+    duplicates = find_duplicates(datasets)
 
     def records() -> Iterator[StoredSample]:
         for ds, mapping in zip(datasets, plan.mappings, strict=True):
             for record in stored_samples(ds, np.arange(len(ds)), class_map=mapping):
-                checksums.append(record.checksum or 0)
                 yield _fill(record, plan.box_fields)
 
     metadata = derived_metadata(
@@ -234,13 +236,8 @@ def _merge(datasets: list[DatasetLike], plan: MergePlan, dst: str | os.PathLike[
                           progress=progress)
     return MergeReport(path=report.path, sources=[ds.location for ds in datasets],
                        samples_per_source=[len(ds) for ds in datasets], plan=plan,
-                       identical_payloads=_repeats(checksums), write=report)
-
-
-def _repeats(checksums: array.array) -> int:
-    """Samples whose payload checksum equals an earlier sample's."""
-    values = np.frombuffer(checksums, np.uint64) if len(checksums) else np.zeros(0, np.uint64)
-    return int(len(values) - len(np.unique(values)))
+                       identical_payloads=len(duplicates), write=report,
+                       duplicates=duplicates)
 
 
 def _runs(mapping: np.ndarray) -> list[str]:

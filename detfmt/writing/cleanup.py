@@ -5,6 +5,9 @@ crash (or a failure it could not clean up) that directory stays. It may be remov
 writer holds the target's lock (the kernel releases the lock when its holder dies) and when it
 holds only files a detfmt writer writes; then exactly those files are removed, one by one, and
 the directory. Everything else is kept, with the reason.
+
+Writers remove their ``.<target>.detfmt-lock`` file when they finish; one left by a writer that
+died (or by a version that kept them) is removed here when no process holds it.
 """
 
 from __future__ import annotations
@@ -36,13 +39,17 @@ class CleanupReport(list[Path]):
         super().__init__()
         self.directory = directory
         self.kept: list[tuple[Path, str]] = []
+        self.locks: list[Path] = []  # stale lock files removed
         self.note = ""
 
     def summary(self) -> str:
         lines = [f"removed {path}" for path in self]
+        lines += [f"removed stale lock {path}" for path in self.locks]
         lines += [f"kept {path}: {reason}" for path, reason in self.kept]
         count = len(self)
-        lines.append(f"{count} temporary director{'y' if count == 1 else 'ies'} removed"
+        locks = len(self.locks)
+        lines.append(f"{count} temporary director{'y' if count == 1 else 'ies'} removed, "
+                     f"{locks} stale lock file{'' if locks == 1 else 's'} removed"
                      + (f" ({self.note})" if self.note else ""))
         return "\n".join(lines)
 
@@ -72,7 +79,15 @@ def cleanup(directory: str | os.PathLike[str]) -> CleanupReport:
             report.append(path)
         else:
             report.kept.append((path, reason))
-    if not entries:
+    for name in sorted(os.listdir(root)):
+        if name.startswith(".") and name.endswith(fileio.LOCK_SUFFIX) and len(name) > len(
+                fileio.LOCK_SUFFIX) + 1:
+            reason = _remove_stale_lock(root, name)
+            if reason is None:
+                report.locks.append(root / name)
+            elif reason:  # "": a live writer's lock, not a leftover
+                report.kept.append((root / name, reason))
+    if not entries and not report.locks:
         report.note = f"no {fileio.TEMP_PREFIX}* entries in {root}"
         if (root / spec.HEADER_FILE).exists() or (root / "manifest.json").exists():
             report.note += ("; it is a dataset itself: a writer's temporaries sit beside the "
@@ -110,6 +125,26 @@ def _remove_leftover(root: Path, path: Path, name: str) -> str | None:
             return "files appeared in it while it was being removed"
     finally:
         fileio.unlock(lock)
+    return None
+
+
+def _remove_stale_lock(root: Path, name: str) -> str | None:
+    """Remove a lock file no process holds; None when removed, "" when a live writer holds
+    it, else why it was kept."""
+    path = root / name
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return "not a regular file: detfmt did not make it"
+    except FileNotFoundError:
+        return None  # a writer finished and removed it meanwhile
+    target = root / name[1 : -len(fileio.LOCK_SUFFIX)]
+    try:
+        lock = fileio.lock_target(target)
+    except BlockingIOError:
+        return ""  # held: a writer is at work (its temporary directory says so, if any)
+    except OSError as error:
+        return f"cannot take it ({error.strerror})"
+    fileio.unlock(lock)  # removes the file
     return None
 
 

@@ -82,17 +82,41 @@ def test_commands_agree_on_a_directory_and_a_sharded_root(tmp_path, capsys):
         assert "CHECKSUM" in err and "INVALID" in err, kind
 
 
-def test_a_split_root_is_explained_in_cli_terms(tmp_path, capsys):
-    """`detfmt info ROOT` of a split root names the split folders, not a --split option that
-    `info` does not have."""
+def test_info_of_a_split_root_gives_every_split(tmp_path, capsys):
+    """`detfmt info ROOT` of a split root summarises each split (it refused before)."""
     from detfmt.cli import main
     from tests.datasets import make_dataset
 
-    for name in ("train", "val"):
-        make_dataset(tmp_path / "root" / name, [(8, 8)] * 2).close()
+    for name, n in (("train", 3), ("val", 2)):
+        make_dataset(tmp_path / "root" / name, [(8, 8)] * n).close()
     (tmp_path / "root" / "splits.json").write_text(
         '{"format": "detfmt-splits/1", "splits": {"train": {"path": "train"}, '
         '"val": {"path": "val"}}}')
-    assert main(["info", str(tmp_path / "root")]) == 2
-    err = capsys.readouterr().err
-    assert "ROOT/NAME" in err and "--split" not in err and "split=NAME" not in err
+    assert main(["info", "--json", str(tmp_path / "root")]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert {name: part["num_samples"] for name, part in info.items()} == {"train": 3, "val": 2}
+
+
+def test_version_names_the_newest_format_written(tmp_path, capsys):
+    """`detfmt --version`: the package version and the newest format version this package
+    writes (a ragged dataset is 1.2; it said 1.0)."""
+    import re
+
+    import pytest
+
+    from detfmt.cli import main
+    from detfmt.version import __version__
+    from tests.datasets import make_dataset, make_sharded_root
+
+    written = [make_dataset(tmp_path / kind, [(8, 8)] * 3, labels=kind).format_version
+               for kind in ("padded", "ragged")]
+    written.append(make_sharded_root(tmp_path / "root", [(8, 8)] * 3).format_version)
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert __version__ in out.split()[1]
+    versions = re.findall(r"\bformat (\d+)\.(\d+)", out)
+    assert versions, out
+    newest = max(tuple(int(p) for p in v.split(".")) for v in written)
+    assert tuple(int(p) for p in versions[0]) == newest

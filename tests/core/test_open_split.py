@@ -42,6 +42,10 @@ def test_split_index_paths_stay_inside(split_root):
     assert caught.value.rule == "SPLITS_INVALID"
 
 
-def test_a_plain_folder_of_datasets_opens_by_name(split_root):
+def test_a_plain_folder_of_datasets_is_no_split_root(split_root):
+    """Without splits.json (an interrupted convert) the folder is refused, with the reason."""
     (split_root / "splits.json").unlink()
-    assert len(detfmt.open(split_root, split="val")) == 3
+    with pytest.raises(detfmt.DatasetNotFoundError) as caught:
+        detfmt.open(split_root, split="val")
+    assert caught.value.rule == "SPLITS_MISSING"
+    assert len(detfmt.open(split_root / "val")) == 3  # the split's own folder still opens

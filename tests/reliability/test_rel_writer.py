@@ -82,7 +82,7 @@ def test_file_names_are_data_not_paths(name: str, tmp_path: Path) -> None:
     parent = tmp_path / "p"
     parent.mkdir()
     write(samples_with(0, file_name=name), parent / "ds")
-    assert sorted(os.listdir(parent)) == [".ds.detfmt-lock", "ds"]
+    assert sorted(os.listdir(parent)) == ["ds"]
     with detfmt.open(parent / "ds") as ds:
         assert ds[0].fields["file_name"] == name
 

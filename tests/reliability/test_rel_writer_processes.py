@@ -128,7 +128,9 @@ def test_sigterm_and_ctrl_c_leave_nothing_behind(how: str, tmp_path: Path,
     assert wait_gone(workers) == [], "worker processes outlived the writer"
     assert err.count("Traceback") <= 1, f"one report, not one per worker:\n{err}"
     marker.unlink()
-    assert sorted(os.listdir(tmp_path)) == [".ds.detfmt-lock"], "something was left behind"
+    # a writer killed by SIGTERM cannot remove its lock file (the kernel dropped the lock)
+    left = [n for n in os.listdir(tmp_path) if n != ".ds.detfmt-lock"]
+    assert left == [], "something was left behind"
     write_small(target)
 
 

@@ -249,7 +249,13 @@ def test_append_grows_a_root_from_real_data_through_the_cli(tmp_path, capsys):
     assert main(["append", str(root), str(halves[0])]) == 0
     first = detfmt.open(root)
     want_first = _samples(first)
-    assert main(["append", str(root), str(halves[1])]) == 0
+    capsys.readouterr()
+    # raccoon-83.jpg and raccoon-120.jpg are the same image, one in each half: refused (issue
+    # 29 item 8), the root untouched, then appended on request
+    assert main(["append", str(root), str(halves[1])]) == 2
+    assert "DUPLICATE_SAMPLES" in capsys.readouterr().err
+    assert len(detfmt.open(root)) == 100
+    assert main(["append", str(root), str(halves[1]), "--allow-duplicates"]) == 0
     assert "appended" in capsys.readouterr().out
     _same(_samples(first), want_first)  # the reader of the first generation reads on
     grown = detfmt.open(root)
