@@ -33,9 +33,10 @@ from detfmt.convert._pipeline import (
     write_prepared,
 )
 from detfmt.convert.errors import ConversionError
-from detfmt.convert.layout import check_split_root, write_splits_index
+from detfmt.convert.layout import write_splits_index
 from detfmt.convert.report import ConversionReport
 from detfmt.convert.splits import Discovery, SplitSpec, discover
+from detfmt.writing.splitroot import check_split_root
 
 __all__ = ["SourceCheck", "SplitCheck", "check_source", "convert"]
 

@@ -8,6 +8,7 @@ import os
 from typing import Any
 
 from detfmt.convert.errors import ConversionError
+from detfmt.format.splits import SPLITS_FILE
 
 __all__ = ["register"]
 
@@ -148,9 +149,9 @@ def _cmd_convert(args: argparse.Namespace) -> int:
     for report in reports.values():
         print(report.summary())
         print(f"  report saved to {report_path(report.destination)}")
-    if len(reports) > 1 or os.path.isfile(os.path.join(args.dst, "splits.json")):
+    if len(reports) > 1 or os.path.isfile(os.path.join(args.dst, SPLITS_FILE)):
         print(f"splits {', '.join(reports)} written under {args.dst} (index: "
-              f"{os.path.join(args.dst, 'splits.json')})")
+              f"{os.path.join(args.dst, SPLITS_FILE)})")
     return 0
 
 

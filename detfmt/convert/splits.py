@@ -39,6 +39,7 @@ from detfmt.convert.inputs import (
     read_source_text,
 )
 from detfmt.convert.locate import MAX_DEPTH, SAMPLE, candidate_folders, folder_holding
+from detfmt.format.splits import SPLIT_ALIASES, SPLIT_NAME, SPLITS_FILE
 
 __all__ = ["Discovery", "SplitSpec", "discover", "split_name"]
 
@@ -47,18 +48,17 @@ YAML_NAMES = ("data.yaml", "dataset.yaml", "data.yml", "dataset.yml")
 #: ``split=`` argument: None (every split the source defines), names to select, or
 #: {name: path} definitions (COCO annotation files, YOLO folders or lists, VOC id lists).
 SplitSpec = str | Sequence[str] | Mapping[str, str | os.PathLike[str]] | None
-_SPLIT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
 
 
 def split_name(raw: str) -> str:
     """The split name of a folder or annotation-file stem: ``train2017`` -> ``train``,
     ``valid`` -> ``val``; other names are kept."""
     name = re.sub(r"(?<=[A-Za-z])(19|20)\d\d\Z", "", raw)
-    return "val" if name == "valid" else name
+    return SPLIT_ALIASES.get(name, name)
 
 
 def _check_name(name: str) -> str:
-    if not isinstance(name, str) or not _SPLIT_NAME.match(name) or name in (".", ".."):
+    if not isinstance(name, str) or not SPLIT_NAME.match(name) or name in (".", ".."):
         raise ConversionError(f"split name {name!r} must be letters, digits, '_', '-' or '.' "
                               "(it becomes a folder name)", rule="USAGE")
     return name
@@ -451,7 +451,7 @@ def _coco_jsons(src: Path) -> list[Path]:
     if roboflow:
         return roboflow
     found = sorted({*src.glob("*.json"), *src.glob("*/*.json")})
-    return [path for path in found if path.name != "splits.json" and _looks_coco(path)]
+    return [path for path in found if path.name != SPLITS_FILE and _looks_coco(path)]
 
 
 def _coco_layout(src: Path) -> dict[str, Path]:

@@ -8,18 +8,23 @@ so neither reader needs to know about the other.
 from __future__ import annotations
 
 import os
-import re
 from typing import Any
 
 from detfmt import errors
 from detfmt.format import spec
+from detfmt.format.splits import (
+    MAX_SPLITS_BYTES,
+    SPLIT_NAME,
+    SPLITS_FILE,
+    parse_split_index,
+    resolve_split_name,
+)
 from detfmt.reading.protocol import DatasetLike
 from detfmt.storage import is_remote
 
 __all__ = ["dataset_parts", "is_sharded_root", "open_dataset", "split_location", "split_locations",
            "split_output"]
 
-_SPLIT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
 
 
 def is_sharded_root(path: str | os.PathLike[str]) -> bool:
@@ -29,27 +34,6 @@ def is_sharded_root(path: str | os.PathLike[str]) -> bool:
         return True
     local = text[len("file://") :] if text.startswith("file://") else text
     return os.path.lexists(os.path.join(local, spec.MANIFEST_FILE))  # any entry (§19.2)
-
-
-SPLITS_FILE = "splits.json"  # a converted dataset with several splits (docs/converters.md)
-SPLITS_FORMAT = "detfmt-splits/1"
-MAX_SPLITS_BYTES = 1 << 20
-
-
-def parse_split_index(data: bytes, where: str) -> dict[str, Any]:
-    """The one parser of ``splits.json`` (every reader of it calls this): the JSON profile of
-    SPEC §5.6, the format name, and a ``splits`` object whose paths are plain names (never a
-    path out of the root). Raises `FormatError` (rule SPLITS_INVALID)."""
-    from detfmt.format.jsonprofile import parse_json
-
-    index = parse_json(data, path=where, limit=MAX_SPLITS_BYTES, rule="SPLITS_INVALID")
-    splits = index.get("splits")
-    if index.get("format") != SPLITS_FORMAT or not isinstance(splits, dict) or not all(
-            isinstance(entry, dict) and isinstance(entry.get("path"), str)
-            and _SPLIT.match(entry["path"]) for entry in splits.values()):
-        raise errors.FormatError(f"not a {SPLITS_FORMAT} index (a 'splits' object whose paths "
-                                 "are plain folder names)", rule="SPLITS_INVALID", path=where)
-    return index
 
 
 def read_split_index(path: str | os.PathLike[str]) -> dict[str, str] | None:
@@ -69,10 +53,6 @@ def read_split_index(path: str | os.PathLike[str]) -> dict[str, str] | None:
     return {str(name): entry["path"] for name, entry in index["splits"].items()}
 
 
-#: split names the converters write under another name (``valid`` is stored as ``val``)
-SPLIT_ALIASES = {"valid": "val", "validation": "val"}
-
-
 def split_location(path: str | os.PathLike[str], split: str) -> str:
     """Where split ``split`` (``"train"``, ``"val"``...) of a split root lives: the path its
     ``splits.json`` gives (``valid`` finds ``val``, as the converters name it).
@@ -84,7 +64,7 @@ def split_location(path: str | os.PathLike[str], split: str) -> str:
         UnsafePathError: the split folder is a symbolic link (``PATH_UNSAFE``): a split root
             serves only the folders inside it.
     """
-    if not isinstance(split, str) or not _SPLIT.match(split) or split in (".", ".."):
+    if not isinstance(split, str) or not SPLIT_NAME.match(split) or split in (".", ".."):
         raise errors.UsageError(f"split must be a plain name such as 'train' or 'val', got "
                                 f"{split!r}")
     text = os.fspath(path).rstrip("/")
@@ -92,7 +72,7 @@ def split_location(path: str | os.PathLike[str], split: str) -> str:
     if index is None:
         raise errors.DatasetNotFoundError(_no_index_reason(text, split), rule="SPLITS_MISSING",
                                           path=text)
-    name = _split_name(index, split)
+    name = resolve_split_name(index, split)
     if name is None:
         raise errors.UsageError(f"no split {split!r}; this dataset has {sorted(index)}",
                                 path=text)
@@ -101,17 +81,6 @@ def split_location(path: str | os.PathLike[str], split: str) -> str:
     location = os.path.join(text, index[name])
     _check_inside(text, location, name)
     return location
-
-
-def _split_name(index: dict[str, str], split: str) -> str | None:
-    """The index's name for ``split``: itself, or the name it is an alias of (either way)."""
-    if split in index:
-        return split
-    wanted = SPLIT_ALIASES.get(split, split)
-    for name in index:
-        if SPLIT_ALIASES.get(name, name) == wanted:
-            return name
-    return None
 
 
 def _local(text: str) -> str:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from detfmt import errors
+from detfmt.format.splits import SPLITS_FILE
 from detfmt.workflows._copy import Source
 
 __all__ = ["SplitsReport", "for_each_split", "located", "refuse_per_split", "split_index"]
@@ -32,7 +33,7 @@ class SplitsReport(Generic[Report]):
             lines.append(f"== split {name}")
             lines += report.lines()  # type: ignore[attr-defined]
         lines.append(f"splits {', '.join(self.splits)} written under {self.root} (index: "
-                     f"{self.root / 'splits.json'})")
+                     f"{self.root / SPLITS_FILE})")
         return lines
 
 
@@ -56,7 +57,7 @@ def for_each_split(
     """Run ``run(name, dst / name)`` for every split name, then write ``dst/splits.json``
     (``counts(report)`` gives its images and boxes). ``dst`` must be missing, empty or a split
     root (replaced with ``overwrite``), as for the converters."""
-    from detfmt.convert.layout import check_split_root, write_split_counts
+    from detfmt.writing.splitroot import check_split_root, write_split_counts
 
     root = Path(os.path.abspath(os.fspath(dst)))
     check_split_root(root, names, overwrite)

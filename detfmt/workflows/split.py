@@ -193,7 +193,7 @@ def split(
         a `SplitReport`. ``detfmt.open(out, split="val")`` opens a split; each is an ordinary
         dataset with ``card.split`` naming it and the step in its card's lineage.
     """
-    from detfmt.convert.layout import check_split_root, write_split_counts
+    from detfmt.writing.splitroot import check_split_root, write_split_counts
 
     root = Path(os.path.abspath(os.fspath(out)))
     index = split_index(src)
