@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import functools
 import importlib
 import json
 import os
@@ -244,27 +245,31 @@ def build_parser() -> argparse.ArgumentParser:
     clean = commands.add_parser("cleanup", help="remove temporary directories of dead writers")
     clean.add_argument("directory", help="the directory holding the dataset(s)")
     clean.set_defaults(run=_cmd_cleanup)
+    phrases: dict[str, str] = {}
     for name in PLUGINS:
         try:
             module = importlib.import_module(name)
         except ImportError:
             continue
         module.register(commands)
+        phrases.update(getattr(module, "CLI_PHRASES", {}))
     for leaf in _leaves(parser):
-        leaf.set_defaults(parser=leaf)
+        # ``args.spell(text)``: a message in the spelling of the command that ran
+        leaf.set_defaults(parser=leaf, spell=functools.partial(cli_spelling, parser=leaf,
+                                                               phrases=phrases))
     return parser
 
 
-def cli_spelling(text: str, parser: argparse.ArgumentParser | None) -> str:
+def cli_spelling(text: str, parser: argparse.ArgumentParser | None,
+                 phrases: dict[str, str] | None = None) -> str:
     """Rewrite the Python spelling of a remedy in an error message as the CLI option that
     does the same (``on_error='skip'`` -> ``--on-error skip``, ``pass overwrite=True`` ->
-    ``pass --overwrite``), using the options of the command that ran."""
+    ``pass --overwrite``), using the options of the command that ran; ``phrases`` are the
+    plugins' own spellings (their ``CLI_PHRASES``)."""
     if parser is None:
         return text
-    from detfmt.convert.cli import CLI_PHRASES
-
     own = {option for action in parser._actions for option in action.option_strings}
-    for phrase, spelled in CLI_PHRASES.items():
+    for phrase, spelled in (phrases or {}).items():
         if spelled.split()[0] in own:  # only options this command has
             text = text.replace(phrase, spelled)
     if "split=NAME" in text and "--split" not in own:  # commands that take a path only

@@ -13,6 +13,9 @@ import signal
 
 import pytest
 
+#: the small synthetic datasets' fixtures (``samples``), for every folder of tests
+pytest_plugins = ["tests.samples"]
+
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)
 _initial: dict[int, object] = {}
 

@@ -43,8 +43,8 @@ PENDING_IDS: dict[str, str] = {}  # rule id -> why no code raises it yet
 #: Requirements checked by tests rather than by a golden dataset: rule -> tests (any one suffices).
 LISTED_TESTS: dict[str, list[str]] = {
     "R-45": ["tests/test_conformance.py::test_invalid_case"],
-    "W-19": ["tests/core/test_writer.py::test_ragged_labels_read_back_as_the_padded_ones",
-             "tests/core/test_writer.py::test_auto_keeps_padded_labels_when_padding_is_cheap"],
+    "W-19": ["tests/writing/test_writer.py::test_ragged_labels_read_back_as_the_padded_ones",
+             "tests/writing/test_writer.py::test_auto_keeps_padded_labels_when_padding_is_cheap"],
     "S-11": ["tests/test_conformance.py::test_invalid_case"],
     "S-12": ["tests/test_conformance.py::test_valid_case"],
     "S-13": ["tests/scaleout/test_shard_published_key.py::"
@@ -53,20 +53,20 @@ LISTED_TESTS: dict[str, list[str]] = {
     "S-15": ["tests/scaleout/test_sharded.py::test_commit_rejects_mixed_schema_and_bad_metas",
              "tests/scaleout/test_sharded.py::test_commit_orders_by_key_not_arrival"],
     "S-16": ["tests/scaleout/test_sharded.py::test_orphans_are_invisible_and_collected"],
-    "S-17": ["tests/core/test_order.py::test_sharded_order_uses_the_loader_prng"],
-    "S-18": ["tests/core/test_order.py::test_golden_vectors_from_scalar_references",
-             "tests/core/test_order.py::test_sharded_equals_reference"],
-    "S-19": ["tests/core/test_order.py::"
+    "S-17": ["tests/order/test_order.py::test_sharded_order_uses_the_loader_prng"],
+    "S-18": ["tests/order/test_order.py::test_golden_vectors_from_scalar_references",
+             "tests/order/test_order.py::test_sharded_equals_reference"],
+    "S-19": ["tests/order/test_order.py::"
              "test_drop_last_gives_the_same_global_batches_on_any_world_size",
-             "tests/core/test_order.py::test_wrap_padding_equal_counts_cover_everything"],
-    "S-20": ["tests/core/test_order.py::"
+             "tests/order/test_order.py::test_wrap_padding_equal_counts_cover_everything"],
+    "S-20": ["tests/order/test_order.py::"
              "test_resume_drop_last_on_other_world_size_has_no_gaps_or_duplicates",
-             "tests/core/test_order.py::"
+             "tests/order/test_order.py::"
              "test_schedule_resumes_on_another_world_size_and_batch_size"],
     "S-21": ["tests/scaleout/test_shard_cache.py::test_checksum_mismatch_leaves_nothing"],
     "S-26": ["tests/test_spec_rules.py::test_shard_writer_uses_the_canonical_layout"],
-    "R-42": ["tests/core/test_reader.py::test_replacement_is_detected"],
-    "R-44": ["tests/core/test_reader.py::test_label_corruption_is_caught_when_read",
+    "R-42": ["tests/reading/test_reader.py::test_replacement_is_detected"],
+    "R-44": ["tests/reading/test_reader.py::test_label_corruption_is_caught_when_read",
              "tests/test_spec_rules.py::"
              "test_chunked_index_validation_checks_the_link_to_the_next_chunk"],
     "R-48": ["tests/test_spec_rules.py::test_reading_leaves_the_dataset_untouched"],
@@ -76,24 +76,24 @@ LISTED_TESTS: dict[str, list[str]] = {
     "W-4": ["tests/test_spec_rules.py::test_writer_output_has_the_exact_form"],
     "W-5": ["tests/test_spec_rules.py::test_writer_output_has_the_exact_form"],
     "W-6": ["tests/test_spec_rules.py::test_writer_output_has_the_exact_form",
-            "tests/core/test_writer.py::test_padding_slots_are_exact"],
-    "W-7": ["tests/core/test_writer.py::test_bad_sample_is_a_typed_error_naming_it"],
-    "W-8": ["tests/core/test_writer.py::test_bad_sample_is_a_typed_error_naming_it"],
-    "W-9": ["tests/core/test_writer.py::test_bad_sample_is_a_typed_error_naming_it"],
-    "W-10": ["tests/core/test_writer.py::test_clip_is_opt_in_and_counted",
-             "tests/core/test_writer.py::test_max_side_resizes_and_records_the_mapping"],
-    "W-11": ["tests/core/test_writer.py::test_bad_sample_is_a_typed_error_naming_it"],
+            "tests/writing/test_writer.py::test_padding_slots_are_exact"],
+    "W-7": ["tests/writing/test_writer.py::test_bad_sample_is_a_typed_error_naming_it"],
+    "W-8": ["tests/writing/test_writer.py::test_bad_sample_is_a_typed_error_naming_it"],
+    "W-9": ["tests/writing/test_writer.py::test_bad_sample_is_a_typed_error_naming_it"],
+    "W-10": ["tests/writing/test_writer.py::test_clip_is_opt_in_and_counted",
+             "tests/writing/test_writer.py::test_max_side_resizes_and_records_the_mapping"],
+    "W-11": ["tests/writing/test_writer.py::test_bad_sample_is_a_typed_error_naming_it"],
     "W-12": ["tests/reliability/test_rel_faults.py::test_fsync_order",
              "tests/reliability/test_rel_crash.py::test_kill9_loop",
-             "tests/core/test_writer.py::test_concurrent_writers_one_wins"],
+             "tests/writing/test_writer.py::test_concurrent_writers_one_wins"],
     "W-13": ["tests/reliability/test_rel_cases.py::"
              "test_29_overwrite_keeps_old_inodes_for_live_readers"],
-    "W-14": ["tests/core/test_writer.py::test_target_exists_and_overwrite",
-             "tests/core/test_writer.py::test_overwrite_refuses_a_non_dataset"],
-    "W-15": ["tests/core/test_writer.py::test_a_held_lock_is_a_typed_error"],
+    "W-14": ["tests/writing/test_writer.py::test_target_exists_and_overwrite",
+             "tests/writing/test_writer.py::test_overwrite_refuses_a_non_dataset"],
+    "W-15": ["tests/writing/test_writer.py::test_a_held_lock_is_a_typed_error"],
     "W-16": ["tests/test_spec_rules.py::test_unwritable_parent_is_target_not_writable",
              "tests/reliability/test_rel_faults.py::test_fail_every_nth_call"],
-    "W-17": ["tests/core/test_writer.py::test_a_failing_generator_leaves_nothing",
+    "W-17": ["tests/writing/test_writer.py::test_a_failing_generator_leaves_nothing",
              "tests/reliability/test_rel_faults.py::test_fail_every_nth_call"],
 }
 

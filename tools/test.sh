@@ -8,7 +8,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 # torch is pinned here (the CPU build on this machine's disk); the package itself asks for a range.
 # The scale extra (Ray, Dask, fsspec/s3fs, moto) and OpenCV (augmentation parity) are test-only;
-# fast (numba) is installed so both gather paths are tested (tests/core/test_gather_kernel.py),
+# fast (numba) is installed so both gather paths are tested (tests/reading/test_gather_kernel.py),
 # plot (matplotlib) so the stats plot is (tests/workflows).
 .venv/bin/python -m pip install -q --disable-pip-version-check \
   -e '.[test,torch,fast,plot,scale,augment-test]' torch==2.13.0

@@ -12,7 +12,8 @@ from detfmt.format.splits import SPLITS_FILE
 
 __all__ = ["register"]
 
-#: Library phrases that have their own CLI spelling (detfmt/cli.py rewrites the rest).
+#: Library phrases that have their own CLI spelling (`detfmt.cli.cli_spelling` collects them
+#: from every plugin and rewrites the rest).
 CLI_PHRASES = {
     "split={name: (json, images folder)}": "--split NAME=ANN.json:IMAGES_DIR",
     "follow them with symlinks='follow'": "--no-follow-symlinks refuses them; leave it out to "
@@ -132,14 +133,12 @@ def _cmd_convert(args: argparse.Namespace) -> int:
     from detfmt.convert.report import report_path
 
     if args.check_source:
-        from detfmt.cli import cli_spelling
-
         check = check_source(args.source_format, args.src, workers=args.workers,
                              max_side=args.max_side or None, allow_empty=args.allow_empty,
                              symlinks="refuse" if args.no_follow_symlinks else "follow",
                              **_sources(args))
         for line in check.lines():
-            print(cli_spelling(line, args.parser))
+            print(args.spell(line))
         print("nothing written (--check-source)")
         return 0 if check.ok else 1
     if args.dst is None:

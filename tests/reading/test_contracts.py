@@ -10,7 +10,7 @@ from detfmt.format.pack import pack_directory
 from detfmt.reading.sources import DirectorySource, PackedSource
 from detfmt.storage import FsspecStorage, LocalStorage
 from tests.contracts import DatasetLikeTests, MemberSourceTests, StorageTests
-from tests.core.conftest import CLASSES, make_samples
+from tests.samples import CLASSES, make_samples
 from tests.scaleout.shardkit import make_samples as shard_samples
 from tests.scaleout.shardkit import write_partitioned
 

@@ -1,4 +1,5 @@
-"""Small synthetic datasets for the core tests."""
+"""Small synthetic samples for the format, reading and writing tests (``make_samples``, the
+``samples`` fixture)."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from PIL import Image
 
 import detfmt
 from detfmt.format import spec
-from tests.core.conftest import CLASSES, make_samples
+from tests.samples import CLASSES, make_samples
 
 
 def one(image=None, boxes=((1, 1, 5, 5),), classes=(0,), **extra):

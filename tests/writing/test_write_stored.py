@@ -14,7 +14,7 @@ import xxhash
 import detfmt
 from detfmt.errors import IntegrityError, InvalidSampleError, TargetExistsError, UsageError
 from detfmt.writing.writer import StoredSample, write_stored
-from tests.core.conftest import CLASSES, make_samples
+from tests.samples import CLASSES, make_samples
 
 
 def _records(ds, indices=None):

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import detfmt
-from tests.core.conftest import CLASSES, make_samples
+from tests.samples import CLASSES, make_samples
 
 
 @st.composite

@@ -13,7 +13,7 @@ from PIL import Image
 
 import detfmt
 from detfmt.writing import blocks, builder
-from tests.core.conftest import CLASSES
+from tests.samples import CLASSES
 
 BLOCK = blocks.BLOCK_SAMPLES
 

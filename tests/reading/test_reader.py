@@ -11,7 +11,7 @@ import pytest
 
 import detfmt
 from detfmt.format import npy, spec
-from tests.core.conftest import CLASSES, make_samples
+from tests.samples import CLASSES, make_samples
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import json
 import pytest
 
 import detfmt
-from tests.core.conftest import CLASSES, make_samples
+from tests.samples import CLASSES, make_samples
 
 
 @pytest.fixture

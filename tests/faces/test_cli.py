@@ -6,7 +6,7 @@ import json
 
 import detfmt
 from detfmt.cli import main
-from tests.core.conftest import CLASSES, make_samples
+from tests.samples import CLASSES, make_samples
 
 
 def test_info_and_validate(tmp_path, capsys):

@@ -9,7 +9,7 @@ import pytest
 import detfmt
 from detfmt.format import npy, spec
 from detfmt.format import rules as validate
-from tests.core.conftest import CLASSES, make_samples
+from tests.samples import CLASSES, make_samples
 
 
 def corrupt_record(path, i, field, value):
