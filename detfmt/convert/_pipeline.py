@@ -462,7 +462,7 @@ def remedy(report: ConversionReport) -> str:
         return ("every image is a symlink leaving its folder; if the source is trusted, "
                 "follow them with symlinks='follow'")
     if rules <= {"IMAGE_MISSING", "PATH_UNSAFE"}:
-        return ("is the image folder right? Name it with images= (COCO splits: "
+        return ("is the image folder right? pass images=DIR to name it (one COCO split: "
                 "split={name: (json, images folder)})")
     if rules <= {"IMAGE_INVALID"}:
         return "no image decodes: are these image files (and complete downloads)?"
@@ -621,10 +621,9 @@ def write_prepared(source: Source, scan: Scan, dst: str | os.PathLike[str],
                                                options.jpeg_quality)
         if options.verbose:
             split = f" [{source.split}]" if source.split else ""
-            print(f"codec{split}: {codec} ({reason})", file=sys.stderr)
             advice = size_advice(codec, report.size_estimates, report.source_bytes)
-            if advice:
-                print(f"  {advice}", file=sys.stderr)
+            print(f"codec{split}: {codec} ({reason})" + (f"; {advice}" if advice else ""),
+                  file=sys.stderr)
         meta = dict(source.metadata)
         meta.update(card_metadata(options.card, source_format=source.source_format,
                                   source=source.source, split=source.split,

@@ -263,7 +263,7 @@ def _hints(found: Discovery, checks: list[SplitCheck]) -> list[str]:
         elif check.empty == check.found:
             hints.append(f"{where}no image has labels; check the label folder (--labels, or "
                          "the 'images' -> 'labels' folder rule)")
-        if check.missing:
+        if check.missing and check.usable:
             hints.append(f"{where}{check.missing} images named by the annotations are missing;"
                          " is the image folder right (--images)?")
         if check.orphan_labels:

@@ -595,12 +595,12 @@ def _voc_annotations(src: Path, candidates: list[Path]) -> Path:
         below = sorted(p.parent for p in src.glob("*/*/Annotations") if p.is_dir())
         hint = f" (the dataset may be {below[0]}, e.g. VOCdevkit/VOC2007)" if below else ""
         raise ConversionError(f"no folder with VOC XML files in {src} (searched {MAX_DEPTH} "
-                              f"levels down){hint}; pass annotations=", rule="LABEL_MISSING",
+                              f"levels down){hint}; pass annotations=DIR", rule="LABEL_MISSING",
                               path=src)
     tied = [folder for folder, count in counts if count == best]
     if len({os.path.realpath(folder) for folder in tied}) > 1:
         raise ConversionError(f"{len(tied)} folders hold {best} XML files each "
-                              f"({', '.join(map(os.fspath, tied[:8]))}); pass annotations=",
+                              f"({', '.join(map(os.fspath, tied[:8]))}); pass annotations=DIR",
                               rule="SOURCE_AMBIGUOUS", path=src)
     return tied[0]
 
@@ -629,10 +629,10 @@ def _voc_images(src: Path, xmls: list, candidates: list[Path]) -> Path:
     if named is not None:
         return named
     found = folder_holding(image_names(_sample_xmls(xmls)), candidates,
-                           what=f"the images of {src}", where=src, remedy="pass images=")
+                           what=f"the images of {src}", where=src, remedy="pass images=DIR")
     if found is None:
         raise ConversionError(f"no folder under {src} holds the images its XML files name "
-                              "(<filename>); pass images=", rule="IMAGE_MISSING", path=src)
+                              "(<filename>); pass images=DIR", rule="IMAGE_MISSING", path=src)
     return found
 
 
@@ -673,7 +673,7 @@ def _discover_voc(src: Path, split: SplitSpec, annotations: Path | None, images:
     if definitions is not None:
         if any(extra for _, extra in definitions.values()):
             raise ConversionError("a VOC split is defined by an image-set list (NAME=LIST); "
-                                  "give the image folder with images=", rule="USAGE")
+                                  "give the image folder with images=DIR", rule="USAGE")
         sets = {name: Path(path) for name, (path, _) in definitions.items()}
         found_splits = True
     else:

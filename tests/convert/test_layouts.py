@@ -491,7 +491,7 @@ def test_check_source_from_the_cli_names_cli_options(tmp_path, capsys):
 # -------------------------------------------------------------------- item 6: codec sizes
 
 
-def test_report_estimates_each_codec_size_before_writing(tmp_path):
+def test_report_estimates_each_codec_size_before_writing(tmp_path, capsys):
     boxes = _build_voc(tmp_path / "src", "annots", "images", count=8)
     reports = dconvert.convert("voc", tmp_path / "src", tmp_path / "raw", workers=0,
                                codec="auto")
@@ -509,3 +509,9 @@ def test_report_estimates_each_codec_size_before_writing(tmp_path):
     assert len(boxes) == report.images_kept
     saved = json.loads((tmp_path / "raw.report.json").read_text())
     assert saved["size_estimates"] == report.size_estimates
+    capsys.readouterr()
+    assert main(["convert", "voc", str(tmp_path / "src"), str(tmp_path / "cli"), "--workers",
+                 "0", "--no-progress"]) == 0
+    codec_line = next(line for line in capsys.readouterr().err.splitlines()
+                      if line.startswith("codec"))
+    assert all(f"{codec} ~" in codec_line for codec in ("raw", "zstd", "jpeg", "png"))
