@@ -42,8 +42,8 @@ from detfmt.convert.report import ConversionReport, report_path
 from detfmt.errors import DetfmtError, InvalidSampleError, TargetExistsError
 from detfmt.schema import ClassInfo
 
-__all__ = ["ConvertOptions", "Scan", "Source", "SourceImage", "convert_source", "prepare_source",
-           "remedy", "resolve_frame", "scan_source", "write_prepared"]
+__all__ = ["ConvertOptions", "Scan", "Source", "SourceImage", "convert_source", "plan_codec",
+           "prepare_source", "remedy", "resolve_frame", "scan_source", "write_prepared"]
 
 Codec = Literal["auto", "raw", "zstd", "jpeg", "png"]
 OnError = Literal["error", "skip"]
@@ -605,6 +605,23 @@ def prepare_source(source: Source, dst: str | os.PathLike[str], options: Convert
     return scan
 
 
+def plan_codec(source: Source, scan: Scan, options: ConvertOptions) -> str:
+    """Choose the codec of a prepared source and estimate every codec's size (the report's
+    ``codec``, ``codec_reason``, ``size_estimates``, ``source_bytes``); with ``verbose`` say
+    both on one line, before anything is written."""
+    report = scan.report
+    codec, reason = choose_codec(options.codec, scan.raw_bytes, report.images_kept)
+    report.codec, report.codec_reason = codec, reason
+    report.source_bytes = scan.source_bytes
+    report.size_estimates = estimate_sizes(scan.samples, scan.raw_bytes, options.jpeg_quality)
+    if options.verbose:
+        split = f" [{source.split}]" if source.split else ""
+        advice = size_advice(codec, report.size_estimates, report.source_bytes)
+        print(f"codec{split}: {codec} ({reason})" + (f"; {advice}" if advice else ""),
+              file=sys.stderr)
+    return codec
+
+
 def write_prepared(source: Source, scan: Scan, dst: str | os.PathLike[str],
                    options: ConvertOptions) -> ConversionReport:
     """Pass 2: write a prepared source to ``dst`` with its card; save the report beside it
@@ -614,16 +631,9 @@ def write_prepared(source: Source, scan: Scan, dst: str | os.PathLike[str],
     start = time.perf_counter()
     report = scan.report
     try:
-        codec, reason = choose_codec(options.codec, scan.raw_bytes, report.images_kept)
-        report.codec, report.codec_reason = codec, reason
-        report.source_bytes = scan.source_bytes
-        report.size_estimates = estimate_sizes(scan.samples, scan.raw_bytes,
-                                               options.jpeg_quality)
-        if options.verbose:
-            split = f" [{source.split}]" if source.split else ""
-            advice = size_advice(codec, report.size_estimates, report.source_bytes)
-            print(f"codec{split}: {codec} ({reason})" + (f"; {advice}" if advice else ""),
-                  file=sys.stderr)
+        if not report.codec:
+            plan_codec(source, scan, options)
+        codec = report.codec
         meta = dict(source.metadata)
         meta.update(card_metadata(options.card, source_format=source.source_format,
                                   source=source.source, split=source.split,

@@ -27,6 +27,7 @@ from detfmt.convert._pipeline import (
     Source,
     check_scan,
     convert_source,
+    plan_codec,
     prepare_source,
     remedy,
     scan_source,
@@ -80,6 +81,8 @@ def convert(
         prepared.append((source, prepare_source(source, dst / (source.split or ""), opts)))
     _check_overlap(prepared, allow_overlap)
     _note_shared_content(prepared)
+    for source, scan in prepared:  # every split's codec and size said before any is written
+        plan_codec(source, scan, opts)
     reports: dict[str, ConversionReport] = {}
     for source, scan in prepared:
         split_name = source.split or ""
