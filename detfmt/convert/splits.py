@@ -188,7 +188,10 @@ def _yolo_entry_path(root: Path, entry: str) -> Path:
     return path
 
 
-def _yolo_list(list_file: Path, root: InputFolder) -> list:
+def _yolo_list(list_file: Path, root: InputFolder, labels: InputFolder | None = None) -> list:
+    """The images of a list file, each with its label: Ultralytics' ``images`` -> ``labels``
+    rule, or under ``labels`` (a ``--labels`` folder: ``_given_labels`` of the image's
+    folder)."""
     from detfmt.convert.yolo import YoloImage, label_for_image
 
     text = read_source_text(list_file, rule="LIST_INVALID", limit=MAX_CONFIG_BYTES)
@@ -207,10 +210,12 @@ def _yolo_list(list_file: Path, root: InputFolder) -> list:
             continue
         image = YoloImage(path, None, file_name, read_path, None)
         label = label_for_image(path)
+        if labels is not None:
+            label = _given_labels(path.parent, labels.given) / f"{path.stem}.txt"
         if os.path.lexists(label):
             image.label = label
             try:
-                image.label_read = root.resolve(label, "LABEL_MISSING")
+                image.label_read = (labels or root).resolve(label, "LABEL_MISSING")
             except ConversionError as error:
                 image.label_error = error
         found.append(image)
@@ -277,7 +282,11 @@ def _yolo_split(entries: list[str], root: Path, where: Path, key: str, hints: li
             images_all += found
             orphans_all += orphans
         elif os.path.isfile(path):
-            images_all += _yolo_list(path, root_folder)
+            folder = None
+            if labels is not None:
+                folder = InputFolder(labels, missing_rule="LABEL_MISSING",
+                                     what=f"{key} label folder", symlinks=symlinks)
+            images_all += _yolo_list(path, root_folder, folder)
         else:
             raise ConversionError(f"{key}: {entry!r} is neither a folder nor a list file "
                                   f"(looked for {path}); convert the other splits with split=NAME",

@@ -306,6 +306,20 @@ def test_yolo_labels_option_is_honoured_with_split_definitions(tmp_path):
     assert _boxes_per_image(tmp_path / "cli" / "val") == expected["val"]
 
 
+def test_yolo_labels_option_with_list_file_splits(tmp_path):
+    """--split NAME=LIST.txt (a list of image paths) with --labels: labels from --labels."""
+    root = tmp_path / "src"
+    expected = _build_yolo(root, lambda r, s: r / "images" / s, lambda r, s: r / "annots" / s)
+    for split in expected:
+        (root / f"{split}.txt").write_text("".join(f"./images/{split}/{stem}.jpg\n"
+                                                   for stem in expected[split]))
+    reports = dconvert.convert("yolo", root, tmp_path / "out", workers=0, labels=root / "annots",
+                               split={"train": "train.txt", "val": "val.txt"})
+    assert sorted(reports) == ["train", "val"]
+    for split, rows in expected.items():
+        assert _boxes_per_image(tmp_path / "out" / split) == rows
+
+
 def test_yolo_split_definition_with_its_own_label_folder(tmp_path):
     """--split NAME=IMAGES_DIR:LABELS_DIR: each split names its label folder."""
     root = tmp_path / "src"
