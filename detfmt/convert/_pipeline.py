@@ -490,7 +490,7 @@ def _empty_error(report: ConversionReport, source: Source) -> ConversionError:
         empty = report.notes.get("empty_label_file", 0)
         why = (f"none of the {report.images_kept} kept images has a box"
                + (f" ({without} have no label file, {empty} an empty one: are the labels in the "
-                  "expected folder?)" if without or empty else ""))
+                  "expected folder? Name it with labels=DIR)" if without or empty else ""))
     advice = (remedy(report) if report.images_source and not report.images_kept
               else "Pass allow_empty=True to write it anyway")
     return ConversionError(
