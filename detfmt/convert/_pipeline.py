@@ -461,6 +461,12 @@ def remedy(report: ConversionReport) -> str:
                                         for issue in report.issues):
         return ("every image is a symlink leaving its folder; if the source is trusted, "
                 "follow them with symlinks='follow'")
+    if rules <= {"PATH_UNSAFE"} and all(("absolute" in issue.detail or "'..'" in issue.detail)
+                                        for issue in report.issues
+                                        if issue.reason == "PATH_UNSAFE"):
+        return ("the annotations name files by absolute or '..' paths, which are refused "
+                "(a source may only name files inside its folders): write the names relative "
+                "to the image folder")
     if rules <= {"IMAGE_MISSING", "PATH_UNSAFE"}:
         return ("is the image folder right? pass images=DIR to name it (one COCO split: "
                 "split={name: (json, images folder)})")
