@@ -491,6 +491,7 @@ def test_check_source_reports_a_layout_problem_and_exits_as_documented(tmp_path,
     check = dconvert.check_source("coco", tmp_path / "good", max_side=256)
     assert {s.split: s.usable for s in check.splits} == {k: len(v["images"])
                                                          for k, v in good.items()}
+    assert all(s.codec in ("raw", "jpeg") and s.report.size_estimates for s in check.splits)
 
 
 def test_check_source_from_the_cli_names_cli_options(tmp_path, capsys):
