@@ -475,6 +475,7 @@ def _coco_layout(src: Path) -> dict[str, Path]:
         tail = stem.split("instances_", 1)[1] if "instances_" in stem else stem
         if path.name == _ROBOFLOW_JSON or tail == "annotations":
             tail = path.parent.name
+        tail = re.sub(r"[^A-Za-z0-9_.-]+", "_", tail).strip("_.-") or "split"
         raw[tail] = path
         named.setdefault(_json_split(path, src) or split_name(tail), path)
     if len(named) == len(files):
