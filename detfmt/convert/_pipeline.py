@@ -43,8 +43,8 @@ from detfmt.format.schema import ClassInfo
 from detfmt.writing import image as _image
 from detfmt.writing import processes
 
-__all__ = ["ConvertOptions", "Scan", "Source", "SourceImage", "convert_source", "prepare_source",
-           "remedy", "resolve_frame", "scan_source", "write_prepared"]
+__all__ = ["ConvertOptions", "Scan", "Source", "SourceImage", "convert_source", "plan_codec",
+           "prepare_source", "remedy", "resolve_frame", "scan_source", "write_prepared"]
 
 Codec = Literal["auto", "raw", "zstd", "jpeg", "png"]
 OnError = Literal["error", "skip"]
@@ -462,8 +462,14 @@ def remedy(report: ConversionReport) -> str:
                                         for issue in report.issues):
         return ("every image is a symlink leaving its folder; if the source is trusted, "
                 "follow them with symlinks='follow'")
+    if rules <= {"PATH_UNSAFE"} and all(("absolute" in issue.detail or "'..'" in issue.detail)
+                                        for issue in report.issues
+                                        if issue.reason == "PATH_UNSAFE"):
+        return ("the annotations name files by absolute or '..' paths, which are refused "
+                "(a source may only name files inside its folders): write the names relative "
+                "to the image folder")
     if rules <= {"IMAGE_MISSING", "PATH_UNSAFE"}:
-        return ("is the image folder right? Name it with images= (COCO splits: "
+        return ("is the image folder right? pass images=DIR to name it (one COCO split: "
                 "split={name: (json, images folder)})")
     if rules <= {"IMAGE_INVALID"}:
         return "no image decodes: are these image files (and complete downloads)?"
@@ -491,7 +497,7 @@ def _empty_error(report: ConversionReport, source: Source) -> ConversionError:
         empty = report.notes.get("empty_label_file", 0)
         why = (f"none of the {report.images_kept} kept images has a box"
                + (f" ({without} have no label file, {empty} an empty one: are the labels in the "
-                  "expected folder?)" if without or empty else ""))
+                  "expected folder? Name it with labels=DIR)" if without or empty else ""))
     advice = (remedy(report) if report.images_source and not report.images_kept
               else "Pass allow_empty=True to write it anyway")
     return ConversionError(
@@ -606,6 +612,23 @@ def prepare_source(source: Source, dst: str | os.PathLike[str], options: Convert
     return scan
 
 
+def plan_codec(source: Source, scan: Scan, options: ConvertOptions) -> str:
+    """Choose the codec of a prepared source and estimate every codec's size (the report's
+    ``codec``, ``codec_reason``, ``size_estimates``, ``source_bytes``); with ``verbose`` say
+    both on one line, before anything is written."""
+    report = scan.report
+    codec, reason = choose_codec(options.codec, scan.raw_bytes, report.images_kept)
+    report.codec, report.codec_reason = codec, reason
+    report.source_bytes = scan.source_bytes
+    report.size_estimates = estimate_sizes(scan.samples, scan.raw_bytes, options.jpeg_quality)
+    if options.verbose:
+        split = f" [{source.split}]" if source.split else ""
+        advice = size_advice(codec, report.size_estimates, report.source_bytes)
+        print(f"codec{split}: {codec} ({reason})" + (f"; {advice}" if advice else ""),
+              file=sys.stderr)
+    return codec
+
+
 def write_prepared(source: Source, scan: Scan, dst: str | os.PathLike[str],
                    options: ConvertOptions) -> ConversionReport:
     """Pass 2: write a prepared source to ``dst`` with its card; save the report beside it
@@ -615,17 +638,9 @@ def write_prepared(source: Source, scan: Scan, dst: str | os.PathLike[str],
     start = time.perf_counter()
     report = scan.report
     try:
-        codec, reason = choose_codec(options.codec, scan.raw_bytes, report.images_kept)
-        report.codec, report.codec_reason = codec, reason
-        report.source_bytes = scan.source_bytes
-        report.size_estimates = estimate_sizes(scan.samples, scan.raw_bytes,
-                                               options.jpeg_quality)
-        if options.verbose:
-            split = f" [{source.split}]" if source.split else ""
-            print(f"codec{split}: {codec} ({reason})", file=sys.stderr)
-            advice = size_advice(codec, report.size_estimates, report.source_bytes)
-            if advice:
-                print(f"  {advice}", file=sys.stderr)
+        if not report.codec:
+            plan_codec(source, scan, options)
+        codec = report.codec
         meta = dict(source.metadata)
         meta.update(card_metadata(options.card, source_format=source.source_format,
                                   source=source.source, split=source.split,

@@ -27,11 +27,13 @@ from detfmt.convert._pipeline import (
     Source,
     check_scan,
     convert_source,
+    plan_codec,
     prepare_source,
     remedy,
     scan_source,
     write_prepared,
 )
+from detfmt.convert.codec import size_advice
 from detfmt.convert.errors import ConversionError
 from detfmt.convert.layout import write_splits_index
 from detfmt.convert.report import ConversionReport
@@ -81,6 +83,8 @@ def convert(
         prepared.append((source, prepare_source(source, dst / (source.split or ""), opts)))
     _check_overlap(prepared, allow_overlap)
     _note_shared_content(prepared)
+    for source, scan in prepared:  # every split's codec and size said before any is written
+        plan_codec(source, scan, opts)
     reports: dict[str, ConversionReport] = {}
     for source, scan in prepared:
         split_name = source.split or ""
@@ -176,6 +180,8 @@ class SplitCheck:
     boxes_usable: int
     report: ConversionReport
     would_fail: str | None  # why a default conversion would refuse this split
+    codec: str = ""  # what codec="auto" would choose
+    size_advice: str = ""  # the estimated size of each codec (see detfmt.convert.codec)
 
     def lines(self) -> list[str]:
         head = f"split {self.split}" if self.split else "source"
@@ -189,6 +195,9 @@ class SplitCheck:
             first = next((i for i in self.report.issues if i.reason == reason), None)
             example = f" (e.g. {first.path}: {first.detail})" if first else ""
             lines.append(f"  {reason}: {count}{example}"[:400])
+        if self.codec:
+            lines.append(f"  codec auto: {self.codec}"
+                         + (f"; {self.size_advice}" if self.size_advice else ""))
         if self.would_fail:
             lines.append(f"  a conversion would stop: {self.would_fail}")
         return lines
@@ -264,7 +273,7 @@ def _hints(found: Discovery, checks: list[SplitCheck]) -> list[str]:
         elif check.empty == check.found:
             hints.append(f"{where}no image has labels; check the label folder (--labels, or "
                          "the 'images' -> 'labels' folder rule)")
-        if check.missing:
+        if check.missing and check.usable:
             hints.append(f"{where}{check.missing} images named by the annotations are missing;"
                          " is the image folder right (--images)?")
         if check.orphan_labels:
@@ -319,7 +328,12 @@ def check_source(
     for source in found.sources:
         scan = scan_source(source, opts, decode=True)
         scans.append((source, scan))
-        checks.append(_split_check(source, scan, opts))
+        check = _split_check(source, scan, opts)
+        if scan.report.images_kept:
+            check.codec = plan_codec(source, scan, opts)
+            check.size_advice = size_advice(check.codec, scan.report.size_estimates,
+                                            scan.report.source_bytes)
+        checks.append(check)
     hints = _hints(found, checks)
     for i, j, common in split_overlaps(scans):
         message = (f"splits {scans[i][0].split!r} and {scans[j][0].split!r} share "

@@ -18,8 +18,6 @@ CLI_PHRASES = {
     "split={name: (json, images folder)}": "--split NAME=ANN.json:IMAGES_DIR",
     "follow them with symlinks='follow'": "--no-follow-symlinks refuses them; leave it out to "
     "follow them",
-    "pass annotations=": "pass --annotations",
-    "pass images=": "pass --images",
     "split={name: path}": "--split NAME=PATH",
     "split=NAME": "--split NAME",
     "card description": "--description",

@@ -188,7 +188,10 @@ def _yolo_entry_path(root: Path, entry: str) -> Path:
     return path
 
 
-def _yolo_list(list_file: Path, root: InputFolder) -> list:
+def _yolo_list(list_file: Path, root: InputFolder, labels: InputFolder | None = None) -> list:
+    """The images of a list file, each with its label: Ultralytics' ``images`` -> ``labels``
+    rule, or under ``labels`` (a ``--labels`` folder: ``_given_labels`` of the image's
+    folder)."""
     from detfmt.convert.yolo import YoloImage, label_for_image
 
     text = read_source_text(list_file, rule="LIST_INVALID", limit=MAX_CONFIG_BYTES)
@@ -207,10 +210,12 @@ def _yolo_list(list_file: Path, root: InputFolder) -> list:
             continue
         image = YoloImage(path, None, file_name, read_path, None)
         label = label_for_image(path)
+        if labels is not None:
+            label = _given_labels(path.parent, labels.given) / f"{path.stem}.txt"
         if os.path.lexists(label):
             image.label = label
             try:
-                image.label_read = root.resolve(label, "LABEL_MISSING")
+                image.label_read = (labels or root).resolve(label, "LABEL_MISSING")
             except ConversionError as error:
                 image.label_error = error
         found.append(image)
@@ -277,7 +282,11 @@ def _yolo_split(entries: list[str], root: Path, where: Path, key: str, hints: li
             images_all += found
             orphans_all += orphans
         elif os.path.isfile(path):
-            images_all += _yolo_list(path, root_folder)
+            folder = None
+            if labels is not None:
+                folder = InputFolder(labels, missing_rule="LABEL_MISSING",
+                                     what=f"{key} label folder", symlinks=symlinks)
+            images_all += _yolo_list(path, root_folder, folder)
         else:
             raise ConversionError(f"{key}: {entry!r} is neither a folder nor a list file "
                                   f"(looked for {path}); convert the other splits with split=NAME",
@@ -466,6 +475,7 @@ def _coco_layout(src: Path) -> dict[str, Path]:
         tail = stem.split("instances_", 1)[1] if "instances_" in stem else stem
         if path.name == _ROBOFLOW_JSON or tail == "annotations":
             tail = path.parent.name
+        tail = re.sub(r"[^A-Za-z0-9_.-]+", "_", tail).strip("_.-") or "split"
         raw[tail] = path
         named.setdefault(_json_split(path, src) or split_name(tail), path)
     if len(named) == len(files):
@@ -595,12 +605,12 @@ def _voc_annotations(src: Path, candidates: list[Path]) -> Path:
         below = sorted(p.parent for p in src.glob("*/*/Annotations") if p.is_dir())
         hint = f" (the dataset may be {below[0]}, e.g. VOCdevkit/VOC2007)" if below else ""
         raise ConversionError(f"no folder with VOC XML files in {src} (searched {MAX_DEPTH} "
-                              f"levels down){hint}; pass annotations=", rule="LABEL_MISSING",
+                              f"levels down){hint}; pass annotations=DIR", rule="LABEL_MISSING",
                               path=src)
     tied = [folder for folder, count in counts if count == best]
     if len({os.path.realpath(folder) for folder in tied}) > 1:
         raise ConversionError(f"{len(tied)} folders hold {best} XML files each "
-                              f"({', '.join(map(os.fspath, tied[:8]))}); pass annotations=",
+                              f"({', '.join(map(os.fspath, tied[:8]))}); pass annotations=DIR",
                               rule="SOURCE_AMBIGUOUS", path=src)
     return tied[0]
 
@@ -629,10 +639,10 @@ def _voc_images(src: Path, xmls: list, candidates: list[Path]) -> Path:
     if named is not None:
         return named
     found = folder_holding(image_names(_sample_xmls(xmls)), candidates,
-                           what=f"the images of {src}", where=src, remedy="pass images=")
+                           what=f"the images of {src}", where=src, remedy="pass images=DIR")
     if found is None:
         raise ConversionError(f"no folder under {src} holds the images its XML files name "
-                              "(<filename>); pass images=", rule="IMAGE_MISSING", path=src)
+                              "(<filename>); pass images=DIR", rule="IMAGE_MISSING", path=src)
     return found
 
 
@@ -673,7 +683,7 @@ def _discover_voc(src: Path, split: SplitSpec, annotations: Path | None, images:
     if definitions is not None:
         if any(extra for _, extra in definitions.values()):
             raise ConversionError("a VOC split is defined by an image-set list (NAME=LIST); "
-                                  "give the image folder with images=", rule="USAGE")
+                                  "give the image folder with images=DIR", rule="USAGE")
         sets = {name: Path(path) for name, (path, _) in definitions.items()}
         found_splits = True
     else:

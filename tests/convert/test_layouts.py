@@ -306,6 +306,20 @@ def test_yolo_labels_option_is_honoured_with_split_definitions(tmp_path):
     assert _boxes_per_image(tmp_path / "cli" / "val") == expected["val"]
 
 
+def test_yolo_labels_option_with_list_file_splits(tmp_path):
+    """--split NAME=LIST.txt (a list of image paths) with --labels: labels from --labels."""
+    root = tmp_path / "src"
+    expected = _build_yolo(root, lambda r, s: r / "images" / s, lambda r, s: r / "annots" / s)
+    for split in expected:
+        (root / f"{split}.txt").write_text("".join(f"./images/{split}/{stem}.jpg\n"
+                                                   for stem in expected[split]))
+    reports = dconvert.convert("yolo", root, tmp_path / "out", workers=0, labels=root / "annots",
+                               split={"train": "train.txt", "val": "val.txt"})
+    assert sorted(reports) == ["train", "val"]
+    for split, rows in expected.items():
+        assert _boxes_per_image(tmp_path / "out" / split) == rows
+
+
 def test_yolo_split_definition_with_its_own_label_folder(tmp_path):
     """--split NAME=IMAGES_DIR:LABELS_DIR: each split names its label folder."""
     root = tmp_path / "src"
@@ -477,6 +491,7 @@ def test_check_source_reports_a_layout_problem_and_exits_as_documented(tmp_path,
     check = dconvert.check_source("coco", tmp_path / "good", max_side=256)
     assert {s.split: s.usable for s in check.splits} == {k: len(v["images"])
                                                          for k, v in good.items()}
+    assert all(s.codec in ("raw", "jpeg") and s.report.size_estimates for s in check.splits)
 
 
 def test_check_source_from_the_cli_names_cli_options(tmp_path, capsys):
@@ -491,7 +506,7 @@ def test_check_source_from_the_cli_names_cli_options(tmp_path, capsys):
 # -------------------------------------------------------------------- item 6: codec sizes
 
 
-def test_report_estimates_each_codec_size_before_writing(tmp_path):
+def test_report_estimates_each_codec_size_before_writing(tmp_path, capsys):
     boxes = _build_voc(tmp_path / "src", "annots", "images", count=8)
     reports = dconvert.convert("voc", tmp_path / "src", tmp_path / "raw", workers=0,
                                codec="auto")
@@ -509,3 +524,28 @@ def test_report_estimates_each_codec_size_before_writing(tmp_path):
     assert len(boxes) == report.images_kept
     saved = json.loads((tmp_path / "raw.report.json").read_text())
     assert saved["size_estimates"] == report.size_estimates
+    capsys.readouterr()
+    assert main(["convert", "voc", str(tmp_path / "src"), str(tmp_path / "cli"), "--workers",
+                 "0", "--no-progress"]) == 0
+    codec_line = next(line for line in capsys.readouterr().err.splitlines()
+                      if line.startswith("codec"))
+    assert all(f"{codec} ~" in codec_line for codec in ("raw", "zstd", "jpeg", "png"))
+
+
+def test_every_split_codec_and_size_is_said_before_any_is_written(tmp_path, capsys,
+                                                                   monkeypatch):
+    import detfmt.writer
+
+    _build_coco(tmp_path / "src", *COCO_LAYOUTS["custom_json_year_folders"])
+    real_write, said = detfmt.writer.write, []
+
+    def write(samples, path, **kwargs):
+        said.append(capsys.readouterr().err)
+        return real_write(samples, path, **kwargs)
+
+    monkeypatch.setattr(detfmt.writer, "write", write)
+    _coco(tmp_path / "src", tmp_path / "out", verbose=True)
+    assert len(said) == 2
+    first = [line for line in said[0].splitlines() if line.startswith("codec")]
+    assert [line.split(":")[0] for line in first] == ["codec [train]", "codec [val]"]
+    assert all("jpeg ~" in line for line in first)
