@@ -534,16 +534,16 @@ def test_report_estimates_each_codec_size_before_writing(tmp_path, capsys):
 
 def test_every_split_codec_and_size_is_said_before_any_is_written(tmp_path, capsys,
                                                                    monkeypatch):
-    import detfmt.writer
+    import detfmt.writing.writer
 
     _build_coco(tmp_path / "src", *COCO_LAYOUTS["custom_json_year_folders"])
-    real_write, said = detfmt.writer.write, []
+    real_write, said = detfmt.writing.writer.write, []
 
     def write(samples, path, **kwargs):
         said.append(capsys.readouterr().err)
         return real_write(samples, path, **kwargs)
 
-    monkeypatch.setattr(detfmt.writer, "write", write)
+    monkeypatch.setattr(detfmt.writing.writer, "write", write)
     _coco(tmp_path / "src", tmp_path / "out", verbose=True)
     assert len(said) == 2
     first = [line for line in said[0].splitlines() if line.startswith("codec")]
