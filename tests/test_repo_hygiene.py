@@ -17,8 +17,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
-#: an absolute path into a machine's own folders: not preceded by a name character, so URLs
-#: (``s3://bucket/home/...``) and relative paths (``data/work/...``) do not count
+#: an absolute path into a machine's own folders: not preceded by a name character, so a URL's
+#: key or a relative path with such a folder name inside does not count
 MACHINE_PATH = re.compile(
     rb"(?<![A-Za-z0-9_.\-])/(?:work|root|home|Users)/|(?<![A-Za-z0-9_.\-])/tmp/[A-Za-z]"
 )
@@ -48,8 +48,9 @@ def test_pattern_finds_machine_paths_only():
         "2: python t.py --data " + (root + b"work/shared/data/raccoon").decode()]
     assert machine_paths(b'"work": "' + root + b'tmp/bench-train"')
     assert machine_paths(root + b"home/me/x") and machine_paths(root + b"root/x")
-    for fine in (b"--data ../shared/data/raccoon", b"s3://bucket/home/x", b"data/work/x",
-                 b"~/.cache/detfmt", b"a shared directory in /tmp", b"\0/work/x"):
+    for fine in (b"--data ../shared/data/raccoon", b"s3://bucket" + root + b"home/x",
+                 b"data" + root + b"work/x", b"~/.cache/detfmt", b"a shared directory in /tmp",
+                 b"\0" + root + b"work/x"):
         assert machine_paths(fine) == [], fine
 
 
