@@ -230,14 +230,6 @@ class OutputFile:
     def digest(self) -> str:
         return self._hash.hexdigest()
 
-    def sync_and_close(self) -> None:
-        """flush, fsync, close; an fsync error is never retried as if it succeeded."""
-        try:
-            self.finish()
-            fsync(self.fd)
-        finally:
-            self.close()
-
     def close(self) -> None:
         fd, self.fd = self.fd, -1
         if fd >= 0:

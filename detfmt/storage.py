@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO, Protocol
 
 from detfmt import errors, fileio
-from detfmt.errors import DatasetNotFoundError, LayoutError, RootLayoutError, UnsafePathError
+from detfmt.errors import DatasetNotFoundError, LayoutError, UnsafePathError
 from detfmt.format.manifest import (
     MANIFEST_NAME,
     MAX_MANIFEST_BYTES,
@@ -740,18 +740,6 @@ def open_storage(root: str | os.PathLike[str],
 
 # The manifest of a local sharded root on disk (SPEC §19.4): the root layout, walking to a
 # shard without following links, reading and publishing manifest.json.
-
-
-def check_root_layout(root: str | os.PathLike[str]) -> None:
-    """S-1: a local root holding manifest.json must not hold header.json (any entry of that name,
-    even a broken link), or a 1.0 reader and a 1.1 reader would read two different datasets."""
-    root = os.fspath(root)
-    if os.path.lexists(os.path.join(root, "header.json")):
-        raise RootLayoutError(
-            "the root holds both manifest.json and header.json; a root is either a 1.0 dataset "
-            "or a 1.1 sharded dataset",
-            path=root,
-        )
 
 
 def shard_lstat(root: str, path: str) -> os.stat_result:

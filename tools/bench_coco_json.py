@@ -5,7 +5,7 @@ per image) and parses it in a fresh subprocess per method, reporting wall time a
 (VmHWM of that process; the "delta" column subtracts the RSS measured after imports).
 
     .venv/bin/python tools/bench_coco_json.py --annotations 500000
-    .venv/bin/python tools/bench_coco_json.py --pycocotools-python /tmp/cocovenv/bin/python
+    .venv/bin/python tools/bench_coco_json.py --pycocotools-python VENV/bin/python
 """
 
 from __future__ import annotations

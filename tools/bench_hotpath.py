@@ -41,6 +41,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -325,7 +326,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--work", type=Path, default=Path("/tmp/detfmt-hotpath"))
+    parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "detfmt-hotpath")
     parser.add_argument("--big", type=int, default=10_000_000, help="N of first_batch")
     parser.add_argument("--impl", action="append", default=[], help="NAME=PATH")
     parser.add_argument("--cases", default=",".join(CASES))

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import cv2
 import numpy as np
+from benchpaths import SHARED_DATA, shown
 
 from detfmt.augment import _native
 from detfmt.augment._opencv import _hsv_into, hsv_luts
@@ -29,7 +30,7 @@ from detfmt.augment._opencv import _hsv_into, hsv_luts
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", default="/work/shared/data/coco128-yolo")
+    parser.add_argument("--data", default=str(SHARED_DATA / "coco128-yolo"))
     parser.add_argument("--size", type=int, default=640)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--reps", type=int, default=40)
@@ -80,8 +81,8 @@ def main() -> None:
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "hsv_kernel.md").write_text(report)
-    (out_dir / "hsv_kernel.json").write_text(json.dumps({"args": vars(args), "load": load,
-                                                         "rows": rows}, indent=1))
+    record = {"args": {**vars(args), "data": shown(args.data)}, "load": load, "rows": rows}
+    (out_dir / "hsv_kernel.json").write_text(json.dumps(record, indent=1))
     print(report)
 
 

@@ -4,7 +4,7 @@ One command builds every stored variant from a real dataset (pre-resized to long
 physically replicated so each run lasts seconds), measures images/s, and writes a markdown table,
 a JSON record and a PNG bar chart:
 
-    python tools/bench_loader.py --data /work/shared/data/raccoon --replicate 20 --out bench-out
+    python tools/bench_loader.py --data ../shared/data/raccoon --replicate 20 --out bench-out
 
 Peers (ffcv, webdataset, litdata, mosaicml-streaming, tensordict, matplotlib) are optional: install
 them with ``pip install 'detfmt[bench]'`` (FFCV also needs libopencv-dev, libturbojpeg0-dev and
@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
+from benchpaths import SHARED_DATA, command_line
 
 BATCH = 32
 QUIET_CORES = 0.25  # retry a round when other processes used more than this many cores
@@ -912,7 +913,7 @@ def tag(key: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", type=Path, default=Path("/work/shared/data/raccoon"))
+    parser.add_argument("--data", type=Path, default=SHARED_DATA / "raccoon")
     parser.add_argument("--replicate", type=int, default=20)
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "bench-loader")
     parser.add_argument("--out", type=Path, default=Path("bench-out"))
@@ -1023,7 +1024,7 @@ def main() -> None:
     if "cold" not in skip:
         cold_how = bench_cold(raw, args)
     context = {
-        "command": "python " + " ".join(sys.argv),
+        "command": command_line(),
         "machine": f"{os.cpu_count()} CPUs, {platform.machine()}, "
                    f"Python {platform.python_version()}",
         "dataset": f"{args.data.name}: {len(samples)} images -> long side {LONG_SIDE}, x"

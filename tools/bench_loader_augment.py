@@ -16,7 +16,7 @@ sides run interleaved (``--rounds`` rounds, the side order alternating); each re
 over ``--steps`` steps after ``--warmup`` and the time the step waited for its batch (for
 ``loop`` this includes the augmentation, as a trainer experiences it).
 
-    python tools/bench_loader_augment.py --data /work/shared/data/coco128-yolo --out docs/bench
+    python tools/bench_loader_augment.py --data ../shared/data/coco128-yolo --out docs/bench
 
 Writes ``loader_augment.md`` and ``loader_augment.json`` to ``--out``.
 """
@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from benchpaths import SHARED_DATA, shown
 
 import detfmt
 from detfmt.augment.presets import yolo_train
@@ -135,7 +136,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         print(f"round {r}: " + ", ".join(f"{k} {v['images_per_s']:.1f} img/s"
                                           for k, v in row.items()), flush=True)
     hidden = ("out", "report_only", "work")  # where things go, not what was measured
-    return {"config": {k: v for k, v in vars(args).items() if k not in hidden},
+    config = {k: v for k, v in vars(args).items() if k not in hidden}
+    return {"config": {**config, "data": shown(args.data)},
             "cpus": os.cpu_count(), "torch": torch.__version__, "loads": loads,
             "rounds": rounds}
 
@@ -208,7 +210,7 @@ def report(result: dict[str, Any]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--data", default="/work/shared/data/coco128-yolo")
+    parser.add_argument("--data", default=str(SHARED_DATA / "coco128-yolo"))
     parser.add_argument("--out", default="docs/bench")
     parser.add_argument("--work", default=None, help="where the converted dataset is kept")
     parser.add_argument("--imgsz", type=int, default=320)

@@ -17,7 +17,7 @@ and PSS (proportional set size: shared pages divided among the processes that ma
 detfmt's memory-mapped dataset (one page-cache copy) against Ultralytics' ``cache="ram"`` (one
 copy per rank).
 
-    python tools/bench_train.py --data /work/shared/data/coco128-yolo --out docs/bench
+    python tools/bench_train.py --data ../shared/data/coco128-yolo --out docs/bench
 
 Run it in the integrations environment (tools/test_integrations.sh builds it). Writes
 ``train.md`` and ``train.json`` (or ``train_memory.*``) to ``--out``.
@@ -43,6 +43,7 @@ from typing import Any
 
 import psutil
 import torch
+from benchpaths import SHARED_DATA, shown
 
 HYP_KEYS = ("mosaic", "mixup", "degrees", "translate", "scale", "shear", "perspective",
             "flipud", "fliplr", "hsv_h", "hsv_s", "hsv_v")
@@ -211,7 +212,7 @@ def speed(args: argparse.Namespace) -> dict[str, Any]:
                 )
             rows.append(result)
             print(json.dumps(result), flush=True)
-    return {"args": vars(args), "rows": rows}
+    return {"args": recorded(args), "rows": rows}
 
 
 # ---------------------------------------------------------------------------- two ranks
@@ -268,7 +269,7 @@ def memory(args: argparse.Namespace) -> dict[str, Any]:
             rows.append(row)
             print(json.dumps(rows[-1]), flush=True)
     blob = sum(f.stat().st_size for f in Path(dpath).iterdir() if f.is_file())
-    return {"args": vars(args), "rows": rows, "detfmt_bytes_mb": blob / 2**20}
+    return {"args": recorded(args), "rows": rows, "detfmt_bytes_mb": blob / 2**20}
 
 
 # ---------------------------------------------------------------------------- report
@@ -348,10 +349,16 @@ def report_memory(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def recorded(args: argparse.Namespace) -> dict[str, Any]:
+    """The arguments a record states: the data relative to the repository, no work directory
+    (where things go, not what was measured)."""
+    return {**{k: v for k, v in vars(args).items() if k != "work"}, "data": shown(args.data)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", default="/work/shared/data/coco128-yolo")
+    parser.add_argument("--data", default=str(SHARED_DATA / "coco128-yolo"))
     parser.add_argument("--out", default="docs/bench")
     parser.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "bench-train"))
     parser.add_argument("--imgsz", type=int, default=256)

@@ -15,7 +15,7 @@ Cases:
   memory    peak RSS over the pre-write RSS for tiny samples at two N (bounded or not)
   shard     bytes written (write syscalls, /proc/self/io wchar) and fsyncs per byte of a shard
 
-Usage: python tools/bench_write.py [--rounds 5] [--cases raw640,tiny,...] [--impl old=/tmp/old]
+Usage: python tools/bench_write.py [--rounds 5] [--cases raw640,tiny,...] [--impl old=PATH]
        [--json docs/bench/write.json]
 """
 

@@ -7,8 +7,8 @@ holding the npm package ``jpeg-js``, that JavaScript decoder (run by ``node``). 
 subsampling, the encoded size against 4:4:4 and, per pair of decoders and against the source
 pixels, the worst per-byte error and the mean error over all images.
 
-    python tools/jpeg_agreement.py /work/shared/data/coco128-yolo/images/train2017/*.jpg \
-        --node-modules /tmp/node/node_modules --json docs/bench/jpeg-agreement.json
+    python tools/jpeg_agreement.py ../shared/data/coco128-yolo/images/train2017/*.jpg \
+        --node-modules NODE_MODULES --json docs/bench/jpeg-agreement.json
 
 Not a test: it needs the photos, node and jpeg-js. The figures are in docs/jpeg-agreement.md.
 """

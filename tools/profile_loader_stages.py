@@ -7,7 +7,7 @@ batch over the same window. Stages are inclusive (a stage's time includes the st
 calls); ``cv2.*`` rows are the OpenCV calls themselves. Instrumentation adds a little to
 every call, so compare rows of one run, not runs of different code.
 
-    python tools/profile_loader_stages.py --data /tmp/bench-train-hsv/detfmt-640 --threads 1
+    python tools/profile_loader_stages.py --data DATASET --threads 1
 
 Run it in the integrations environment (the batch dict imports Ultralytics); `bench_train.py`
 writes the dataset (``--work``/detfmt-<imgsz>).

@@ -5,7 +5,7 @@ buffers reach their final size), each round times on the same batches: the prese
 without HSV, and the conversion of its output to Ultralytics' NCHW batch. Min / median / max
 over rounds. Run it in the integrations environment (the conversion imports Ultralytics).
 
-    python tools/profile_yolo_train.py --data /tmp/bench-train/detfmt-640 --imgsz 640
+    python tools/profile_yolo_train.py --data DATASET --imgsz 640
 """
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ def cpu_seconds(fn: Callable[[Any], Any], items: list[Any]) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--data", default="/tmp/bench-train/detfmt-640")
+    parser.add_argument("--data", required=True, help="a raw detfmt dataset, e.g. the "
+                        "detfmt-640 that tools/bench_train.py writes in its --work directory")
     parser.add_argument("--imgsz", type=int, default=640)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--batches", type=int, default=12)

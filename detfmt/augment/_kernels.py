@@ -24,11 +24,6 @@ def use_compiled_kernels(enabled: bool = True) -> None:
     _state["enabled"] = bool(enabled)
 
 
-def compiled_kernels_enabled() -> bool:
-    """Whether `use_compiled_kernels` is on."""
-    return _state["enabled"]
-
-
 def kernel(fn: F) -> F:
     """Mark a pure tensor function as a kernel that `use_compiled_kernels` may compile."""
 

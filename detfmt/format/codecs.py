@@ -116,14 +116,6 @@ def decode_into(
         raise DecodeError(f"unknown codec id {codec}", rule="CODEC_UNKNOWN", path=path, index=index)
 
 
-def zstd_frame_size(payload: memoryview | bytes, *, path: str, index: int) -> int:
-    """SPEC §9.2 steps Z1 to Z6: check the frame header and walk the block headers (3 bytes
-    each, never decompressing); return the frame's size. Raises `DecodeError`: ZSTD_CORRUPT,
-    ZSTD_SIZE (no declared content size), ZSTD_WINDOW."""
-    frame = zstd_frame_header(payload, path=path, index=index)
-    return frame.size
-
-
 class ZstdFrame:
     """The facts of one zstd frame header (RFC 8878 §3.1.1) that SPEC §9.2 checks."""
 

@@ -24,7 +24,6 @@ __all__ = ["ArraySpec", "HeaderOptions", "array_specs", "build_header", "encode_
 #: the per-image fields this writer records (all of SPEC §10.3's)
 IMAGE_FIELDS = spec.IMAGE_FIELDS
 NAMES_FILE = spec.string_field_bytes("file_name")
-NAME_OFFSETS_FILE = spec.image_field_array("file_name")
 WRITER = f"detfmt-python {__version__}"
 #: the largest number a header or table of contents can hold (u64: 20 digits)
 MAX_NUMBER = 10**20 - 1

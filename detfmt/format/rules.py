@@ -182,9 +182,9 @@ INDEX_CHUNK = 1 << 8
 def index_rows_ok(index: np.ndarray, header: Header, blob_size: int, counts: np.ndarray,
                   max_boxes: int, rows: np.ndarray) -> bool:
     """True when the records ``rows`` (sorted, unique) and their counts pass every check of
-    `check_index` and `check_counts` for the one-record ranges ``[row, row + 1)``, links to both
-    neighbours included: one vectorized pass with no per-rule work (the hot case). When it is
-    False, `check_index` and `check_counts` on those ranges name the rule and the record."""
+    `check_index` (its box-count check included) for the one-record ranges ``[row, row + 1)``,
+    links to both neighbours included: one vectorized pass with no per-rule work (the hot case).
+    When it is False, `check_index` on those ranges names the rule and the record."""
     n = len(index)
     if n == 0 or not len(rows):
         return n != 0 or blob_size == 0
@@ -366,15 +366,6 @@ def check_index_tail(index: np.ndarray, header: Header, blob_size: int, path: st
         yield Violation("FIXED_SHAPE", path, f"a fixed-shape blob of {n} samples of "
                         f"{list(fixed)} must have {n * spec.align_up(fixed[0] * fixed[1] * 3)} "
                         f"bytes, not {blob_size}")
-
-
-def check_counts(counts: np.ndarray, max_boxes: int, path: str, start: int = 0
-                 ) -> Iterator[Violation]:
-    bad = np.flatnonzero((counts < 0) | (counts > max_boxes))
-    if bad.size:
-        i = int(bad[0])
-        yield Violation("COUNT_RANGE", path, f"box count {int(counts[i])} outside 0..{max_boxes}",
-                        start + i)
 
 
 def _codec_name(codec_id) -> str:

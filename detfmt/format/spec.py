@@ -11,7 +11,6 @@ import numpy as np
 FORMAT_NAME = "detfmt"
 FORMAT_VERSION = "1.0"
 MAJOR_VERSION = 1
-MINOR_VERSION = 0
 #: The feature of the ragged label layout (SPEC §10.2, format 1.2).
 RAGGED_FEATURE = "ragged_labels"
 FORMAT_VERSION_RAGGED = "1.2"
@@ -41,12 +40,9 @@ MAX_METADATA_ITEMS = 1024
 MAX_METADATA_BYTES = 64 * 1024
 
 # Sharded roots (SPEC §19).
-FORMAT_VERSION_SHARDED = "1.1"
 SHARDED_FEATURE = "sharded"
 MANIFEST_FILE = "manifest.json"
-SHARDS_DIR = "shards"
 MAX_MANIFEST_BYTES = 64 << 20
-MAX_GLOBAL_SAMPLES = (1 << 63) - 1  # global sample indices are int64
 # Packed shard files (SPEC §19.4).
 PACK_MAGIC = b"DETFMTPK"
 PACK_VERSION = 1

@@ -36,8 +36,6 @@ from detfmt.writing.writer import WriteReport
 
 __all__ = ["SplitReport", "split", "split_indices", "split_sizes"]
 
-SPLIT_ORDER = ("train", "val", "test")
-
 
 @dataclasses.dataclass
 class SplitReport:

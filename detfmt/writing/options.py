@@ -134,10 +134,6 @@ class WriteOptions:
         check_header_budget(infos, self)
         return infos
 
-    @property
-    def num_box_fields(self) -> int:
-        return len(self.box_fields)
-
 
 # --------------------------------------------------------------------------- header budget
 
