@@ -1,0 +1,320 @@
+"""``detfmt view``'s HTTP server: a read-only JSON API and images over one opened dataset.
+
+The standard library's ThreadingHTTPServer (nothing to install). Only GET and HEAD are
+answered; every route is a fixed name (the front end's files are read from the package once,
+into memory), and the only request values that reach the dataset are a split name checked
+against the dataset's own split list and integers. Nothing is written, anywhere.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import threading
+from importlib import resources
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import numpy as np
+
+from detfmt import errors, spec
+from detfmt.protocol import DatasetLike
+from detfmt.view.images import FULL, THUMB_SIZES, ImageCache
+from detfmt.view.index import SORTS, LabelIndex, Query
+
+__all__ = ["PAGE_LIMIT", "Viewer", "make_server"]
+
+PAGE_LIMIT = 200  # samples per query answer at most
+HEATMAP_BINS = 32
+_STATIC = {"/": ("index.html", "text/html; charset=utf-8"),
+           "/static/app.js": ("app.js", "text/javascript; charset=utf-8"),
+           "/static/app.css": ("app.css", "text/css; charset=utf-8")}
+_SECURITY = {
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; object-src 'none'; "
+                               "base-uri 'none'; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+
+
+class _HttpError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _hex(rgb: tuple[int, int, int]) -> str:
+    return "#{:02x}{:02x}{:02x}".format(*rgb)
+
+
+class Viewer:
+    """What the pages show, as plain data, for one dataset path or URL (a 1.0 directory, a
+    sharded root, local or remote, or a split root holding ``splits.json``). Splits are opened
+    and indexed on first use; everything read is kept read-only."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        from detfmt.api import is_sharded_root, read_split_index
+
+        self.location = os.fspath(path)
+        index = None
+        if not is_sharded_root(self.location) and not os.path.lexists(
+                os.path.join(self.location, spec.HEADER_FILE)):
+            index = read_split_index(self.location)
+        #: split name -> None until opened; "" is the dataset itself when it has no splits
+        self.split_names: list[str] = sorted(index) if index else [""]
+        self._open: dict[str, DatasetLike] = {}
+        self._index: dict[str, LabelIndex] = {}
+        self._stats: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+        self.images = ImageCache()
+        self.dataset(self.split_names[0])  # fail now (one line) if it cannot be opened
+
+    def dataset(self, split: str) -> DatasetLike:
+        if split not in self.split_names:
+            raise _HttpError(404, f"no split {split!r}")
+        with self._lock:
+            if split not in self._open:
+                from detfmt.api import open_dataset
+
+                self._open[split] = (open_dataset(self.location, split=split) if split
+                                     else open_dataset(self.location))
+            return self._open[split]
+
+    def index(self, split: str) -> LabelIndex:
+        ds = self.dataset(split)
+        with self._lock:
+            if split not in self._index:
+                self._index[split] = LabelIndex.from_dataset(ds)
+            return self._index[split]
+
+    def close(self) -> None:
+        with self._lock:
+            for ds in self._open.values():
+                ds.close()
+            self._open.clear()
+
+    # ---- what each route answers ----
+
+    def info(self) -> dict[str, Any]:
+        from detfmt.show import PALETTE
+
+        ds = self.dataset(self.split_names[0])
+        schema = ds.schema
+        return {"location": self.location, "splits": self.split_names,
+                "classes": schema.class_names, "palette": [_hex(c) for c in PALETTE],
+                "box_fields": [f.name for f in schema.box_fields],
+                "image_fields": list(schema.image_fields), "sorts": list(SORTS),
+                "thumb_sizes": [s for s in THUMB_SIZES if s != FULL]}
+
+    def query(self, split: str, query: Query, offset: int, limit: int) -> dict[str, Any]:
+        index = self.index(split)
+        found = index.select(query)
+        ds = self.dataset(split)
+        page = found[offset : offset + min(limit, PAGE_LIMIT)]
+        items = [self._tile(ds, index, int(i)) for i in page]
+        return {"total": len(index), "matches": len(found), "offset": offset, "items": items,
+                "indices": found.tolist() if len(found) <= 100_000 else None}
+
+    def _tile(self, ds: DatasetLike, index: LabelIndex, i: int) -> dict[str, Any]:
+        labels = ds.labels(np.array([i], np.int64))
+        mask = labels.mask[0]
+        h, w = (int(v) for v in ds.sizes[i])
+        return {"index": i, "height": h, "width": w,
+                "file_name": index.names[i] if index.names is not None else "",
+                "boxes": labels.boxes[0][mask].round(2).tolist(),
+                "classes": labels.classes[0][mask].tolist()}
+
+    def sample(self, split: str, i: int) -> dict[str, Any]:
+        ds = self.dataset(split)
+        if not 0 <= i < len(ds):
+            raise _HttpError(404, f"no sample {i} (the dataset has {len(ds)})")
+        labels = ds.labels(np.array([i], np.int64))
+        mask = labels.mask[0]
+        fields: dict[str, Any] = {}
+        for name in ds.schema.image_fields:
+            if name == "file_name":
+                fields[name] = ds.string_field(name, i)
+            else:
+                fields[name] = np.asarray(ds.image_field(name)[i]).tolist()
+        h, w = (int(v) for v in ds.sizes[i])
+        return {"index": i, "count": len(ds), "height": h, "width": w, "codec": ds.codec(i),
+                "boxes": labels.boxes[0][mask].tolist(),
+                "classes": labels.classes[0][mask].tolist(),
+                "box_fields": {name: np.asarray(values[0][mask]).tolist()
+                               for name, values in labels.fields.items()},
+                "image_fields": fields}
+
+    def stats(self, split: str) -> dict[str, Any]:
+        with self._lock:
+            if split in self._stats:
+                return self._stats[split]
+        from detfmt.cli import dataset_info
+        from detfmt.convert.card import card_lines, read_card
+        from detfmt.workflows.stats import BoxTable, compute_stats
+
+        ds = self.dataset(split)
+        table = BoxTable.read(ds)
+        data = compute_stats(ds, table)
+        info = dataset_info(ds)
+        card = read_card(ds.metadata)
+        data.update(
+            location=ds.location, version=ds.format_version, codecs=info["codecs"],
+            bytes=info["bytes"], card_lines=[line.strip() for line in card_lines(ds.metadata)],
+            lineage=card.get("lineage", []), metadata=dict(ds.metadata),
+            heatmaps=_heatmaps(table))
+        with self._lock:
+            self._stats[split] = data
+        return data
+
+
+def _heatmaps(table: Any) -> dict[str, Any]:
+    """Box centres and sizes as fractions of their image, binned HEATMAP_BINS² (counts)."""
+    if not len(table.classes):
+        empty = np.zeros((HEATMAP_BINS, HEATMAP_BINS), np.int64).tolist()
+        return {"bins": HEATMAP_BINS, "centre": empty, "size": empty}
+    hw = table.sizes[table.image].astype(np.float64)
+    b = table.boxes.astype(np.float64)
+    cx = (b[:, 0] + b[:, 2]) / 2 / hw[:, 1]
+    cy = (b[:, 1] + b[:, 3]) / 2 / hw[:, 0]
+    bw = (b[:, 2] - b[:, 0]) / hw[:, 1]
+    bh = (b[:, 3] - b[:, 1]) / hw[:, 0]
+    edges = np.linspace(0, 1, HEATMAP_BINS + 1)
+    centre = np.histogram2d(cy.clip(0, 1), cx.clip(0, 1), bins=(edges, edges))[0]
+    size = np.histogram2d(bh.clip(0, 1), bw.clip(0, 1), bins=(edges, edges))[0]
+    return {"bins": HEATMAP_BINS, "centre": centre.astype(np.int64).tolist(),
+            "size": size.astype(np.int64).tolist()}
+
+
+def _one(params: dict[str, list[str]], name: str, default: str = "") -> str:
+    values = params.get(name)
+    return values[-1] if values else default
+
+
+def _int(params: dict[str, list[str]], name: str, default: int | None = None,
+         low: int = 0) -> int | None:
+    text = _one(params, name)
+    if text == "":
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise _HttpError(400, f"{name} must be an integer, got {text!r}") from None
+    if value < low:
+        raise _HttpError(400, f"{name} must be {low} or more, got {value}")
+    return value
+
+
+def _ids(params: dict[str, list[str]], name: str) -> tuple[int, ...]:
+    text = _one(params, name)
+    try:
+        return tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise _HttpError(400, f"{name} must be class ids separated by commas") from None
+
+
+def _query(params: dict[str, list[str]]) -> Query:
+    size = _one(params, "size") or None
+    return Query(any_of=_ids(params, "any"), all_of=_ids(params, "all"),
+                 none_of=_ids(params, "none"), min_boxes=_int(params, "min"),
+                 max_boxes=_int(params, "max"), size=size,  # type: ignore[arg-type]
+                 name=_one(params, "name")[:256], sort=_one(params, "sort", "index"))
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    server_version = "detfmt-view"
+    viewer: Viewer
+    static: dict[str, tuple[bytes, str]]
+    quiet = True
+
+    def log_message(self, format: str, *args: Any) -> None:
+        if not self.quiet:
+            super().log_message(format, *args)
+
+    def _send(self, status: int, body: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        for key, value in _SECURITY.items():
+            self.send_header(key, value)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _json(self, status: int, value: Any) -> None:
+        self._send(status, json.dumps(value, ensure_ascii=False).encode(),
+                   "application/json; charset=utf-8")
+
+    def _refuse(self) -> None:
+        self.send_response(405)
+        self.send_header("Allow", "GET, HEAD")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _refuse
+
+    def do_HEAD(self) -> None:
+        self.do_GET()
+
+    def do_GET(self) -> None:
+        url = urlsplit(self.path)
+        params = parse_qs(url.query, keep_blank_values=True)
+        try:
+            if url.path in self.static:
+                body, content_type = self.static[url.path]
+                self._send(200, body, content_type)
+            elif url.path.startswith("/api/"):
+                self._api(url.path[len("/api/"):], params)
+            else:
+                raise _HttpError(404, "not found")
+        except _HttpError as error:
+            self._json(error.status, {"error": str(error)})
+        except errors.UsageError as error:
+            self._json(400, {"error": str(error)})
+        except errors.DetfmtError as error:  # a broken sample: say so, keep serving
+            self._json(500, {"error": str(error)})
+        except (BrokenPipeError, ConnectionResetError):  # pragma: no cover - client left
+            pass
+
+    def _api(self, route: str, params: dict[str, list[str]]) -> None:
+        viewer = self.viewer
+        split = _one(params, "split", viewer.split_names[0])
+        if route == "info":
+            self._json(200, viewer.info())
+        elif route == "query":
+            limit = _int(params, "limit", 48)
+            self._json(200, viewer.query(split, _query(params), _int(params, "offset", 0),
+                                         limit))
+        elif route == "sample":
+            self._json(200, viewer.sample(split, _int(params, "i", 0)))
+        elif route == "stats":
+            self._json(200, viewer.stats(split))
+        elif route == "image":
+            i, size = _int(params, "i", 0), _int(params, "size", FULL)
+            if size not in THUMB_SIZES:
+                raise _HttpError(400, f"size must be one of {list(THUMB_SIZES)}")
+            ds = viewer.dataset(split)
+            if not 0 <= i < len(ds):
+                raise _HttpError(404, f"no sample {i} (the dataset has {len(ds)})")
+            body, content_type = viewer.images.get(split, ds, i, size)
+            self._send(200, body, content_type)
+        else:
+            raise _HttpError(404, "not found")
+
+
+def _static_files() -> dict[str, tuple[bytes, str]]:
+    folder = resources.files("detfmt.view") / "static"
+    return {route: ((folder / name).read_bytes(), content_type)
+            for route, (name, content_type) in _STATIC.items()}
+
+
+def make_server(viewer: Viewer, host: str = "127.0.0.1", port: int = 0
+                ) -> http.server.ThreadingHTTPServer:
+    """A server for ``viewer`` bound to ``host:port`` (port 0: a free one); call
+    ``serve_forever`` on it (``server.server_address`` tells the port)."""
+    handler = type("Handler", (_Handler,), {"viewer": viewer, "static": _static_files()})
+    server = http.server.ThreadingHTTPServer((host, port), handler)
+    server.daemon_threads = True
+    return server
+
