@@ -21,7 +21,7 @@ __all__ = ["FULL", "THUMB_SIZES", "ImageCache", "image_bytes"]
 
 FULL = 0
 #: the longest side of the thumbnails the viewer asks for (FULL: the stored size)
-THUMB_SIZES = (FULL, 192, 256, 384)
+THUMB_SIZES = (FULL, 128, 192, 256, 384)
 CACHE_BYTES = 64 << 20  # per size
 _TYPES = {"jpeg": "image/jpeg", "png": "image/png"}
 

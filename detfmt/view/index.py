@@ -89,7 +89,7 @@ class LabelIndex:
         return self._has(np.isin(self.classes, np.asarray(classes, np.int64)))
 
     def _name_matches(self, needle: str) -> np.ndarray:
-        if self.names is None:
+        if self.names is None or "\n" in needle:  # names are joined by (and hold no) "\n"
             return np.zeros(len(self), bool)
         if self._text is None:
             lowered = [name.lower().replace("\n", " ") for name in self.names]

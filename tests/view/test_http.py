@@ -1,0 +1,151 @@
+"""The viewer's HTTP surface without a browser: fixed routes only, read-only, typed answers."""
+
+from __future__ import annotations
+
+import http.client
+import io
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import detfmt
+from detfmt.view import Viewer, make_server
+from tests.view.conftest import serving
+
+SAMPLE = Path(__file__).resolve().parents[2] / "detfmt" / "samples" / "chess"
+
+
+def _get(url: str, path: str, method: str = "GET", body: bytes | None = None):
+    host, port = url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=30)
+    connection.request(method, path, body=body)
+    response = connection.getresponse()
+    data = response.read()
+    connection.close()
+    return response.status, dict(response.getheaders()), data
+
+
+def _tree(path: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(path)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in sorted(path.rglob("*"))}
+
+
+@pytest.fixture(scope="module")
+def chess(tmp_path_factory) -> Path:
+    """The bundled chess sample, JPEG payloads."""
+    out = tmp_path_factory.mktemp("chess") / "chess"
+    detfmt.convert.from_coco(SAMPLE / "annotations.coco.json", SAMPLE, out, max_side=256,
+                             codec="jpeg", progress=False)
+    return out
+
+
+HOSTILE_PATHS = [
+    "/../../../../etc/passwd", "/static/../server.py", "/static/..%2fserver.py",
+    "/static/%2e%2e/%2e%2e/pyproject.toml", "//etc/passwd", "/static/app.js/../../cli.py",
+    "/header.json", "/static/", "/static/index.html", "/api/", "/api/../header.json",
+    "/api/image/../../header.json", "/api/info/../../../etc/passwd",
+]
+
+
+@pytest.mark.parametrize("path", HOSTILE_PATHS)
+def test_no_path_reaches_the_filesystem(boxes_dataset, path):
+    with serving(boxes_dataset) as url:
+        status, _, body = _get(url, path)
+    assert status == 404, (path, status)
+    assert json.loads(body) == {"error": "not found"}
+
+
+def test_splits_are_names_from_the_dataset(boxes_dataset):
+    with serving(boxes_dataset) as url:
+        for split in ("..", "../boxes", "/etc", "train"):
+            status, _, body = _get(url, f"/api/query?split={split}")
+            assert status == 404 and "no split" in json.loads(body)["error"]
+
+
+def test_bad_values_are_400_and_404(boxes_dataset):
+    with serving(boxes_dataset) as url:
+        for path, status in [("/api/image?i=x", 400), ("/api/image?i=-1", 400),
+                             ("/api/image?i=6", 404), ("/api/image?i=0&size=77", 400),
+                             ("/api/sample?i=99", 404), ("/api/query?any=9", 400),
+                             ("/api/query?size=huge", 400), ("/api/query?sort=worst", 400),
+                             ("/api/query?min=a", 400), ("/api/query?any=1;2", 400)]:
+            got, _, body = _get(url, path)
+            assert got == status, (path, got, body)
+            assert json.loads(body)["error"]
+
+
+def test_read_only(boxes_dataset, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    before = _tree(boxes_dataset)
+    with serving(boxes_dataset) as url:
+        for method in ("POST", "PUT", "DELETE", "PATCH"):
+            status, headers, _ = _get(url, "/api/query", method, b"{}")
+            assert status == 405 and headers["Allow"] == "GET, HEAD"
+        for path in ("/", "/api/info", "/api/query?any=0", "/api/sample?i=1", "/api/stats",
+                     "/api/image?i=0", "/api/image?i=0&size=256"):
+            status, headers, _ = _get(url, path)
+            assert status == 200, path
+            assert "default-src 'self'" in headers["Content-Security-Policy"]
+            assert headers["X-Content-Type-Options"] == "nosniff"
+    assert _tree(boxes_dataset) == before
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_binds_loopback_by_default(boxes_dataset):
+    from detfmt.cli import build_parser
+
+    assert build_parser().parse_args(["view", "x"]).host == "127.0.0.1"
+    viewer = Viewer(boxes_dataset)
+    server = make_server(viewer)
+    try:
+        assert server.server_address[0] == "127.0.0.1"
+    finally:
+        server.server_close()
+        viewer.close()
+
+
+def test_jpeg_served_as_stored_raw_encoded_and_cached(chess, boxes_dataset):
+    ds = detfmt.open(chess)
+    with serving(chess) as url:
+        for size in (0, 256):
+            status, headers, body = _get(url, f"/api/image?i=2&size={size}")
+            assert status == 200 and headers["Content-Type"] == "image/jpeg"
+            assert body == bytes(ds.payload(2))
+    ds.close()
+    raw = detfmt.open(boxes_dataset)
+    viewer = Viewer(boxes_dataset)
+    full, kind = viewer.images.get("", viewer.dataset(""), 3, 0)
+    assert kind == "image/png"
+    assert np.array_equal(np.asarray(Image.open(io.BytesIO(full))), raw[3].image)
+    thumb, kind = viewer.images.get("", viewer.dataset(""), 3, 128)
+    assert kind == "image/jpeg" and Image.open(io.BytesIO(thumb)).size == (128, 96)
+    assert viewer.images.get("", viewer.dataset(""), 3, 128)[0] is thumb  # cached
+    viewer.close()
+    raw.close()
+
+
+def test_sample_answer_has_the_fields(chess):
+    ds = detfmt.open(chess)
+    with serving(chess) as url:
+        status, _, body = _get(url, "/api/sample?i=1")
+    sample = json.loads(body)
+    assert status == 200
+    assert sample["image_fields"]["file_name"] == ds.string_field("file_name", 1)
+    assert sample["image_fields"]["orig_size"] == ds.image_field("orig_size")[1].tolist()
+    assert np.allclose(sample["boxes"], ds[1].boxes)
+    assert set(sample["box_fields"]) == {f.name for f in ds.schema.box_fields}
+    ds.close()
+
+
+def test_cli_view_bad_path_one_line(tmp_path, capsys):
+    from detfmt.cli import main
+
+    assert main(["view", str(tmp_path / "missing")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("detfmt: ")
+    assert "Traceback" not in err[0]
+    assert os.listdir(tmp_path) == []
