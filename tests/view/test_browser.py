@@ -126,7 +126,10 @@ def test_hostile_names_show_as_text(browser, boxes_dataset):
         assert label.get_attribute("textContent") == HOSTILE
         assert HOSTILE in browser.find_element(_by("ID"), "s-boxes").text
         open_page(browser, url + "/#/dataset", "dataset")
-        assert f"a card with {HOSTILE} in it" in browser.find_element(_by("ID"), "d-card").text
+        card = browser.find_element(_by("ID"), "d-card-lines").text
+        assert f"description: a card with {HOSTILE} in it" in card
+        table = browser.find_element(_by("ID"), "d-card").get_attribute("textContent")
+        assert f"a card with {HOSTILE} in it" in table
         assert not browser.find_elements(_by("CSS_SELECTOR"), "img[src='x'], b")
         assert browser.title == "detfmt view"
 

@@ -217,21 +217,25 @@ function zoom(factor) {
 // ---- dataset page ----
 
 function barChart(svg, bars, opts) {
+  // one row per bar, one thin sub-bar per series; values written after the bars
   clear(svg);
-  const rowH = 16, labelW = 160, width = 640;
+  const rowH = 16, labelW = 140, width = 560, n = opts.names.length;
   const max = Math.max(1, ...bars.map((b) => Math.max(...b.values)));
   svg.setAttribute("width", width);
-  svg.setAttribute("height", bars.length * rowH * (opts.series || 1) + 20);
-  let y = 0;
-  for (const bar of bars) {
+  svg.setAttribute("height", bars.length * rowH + 4);
+  bars.forEach((bar, r) => {
+    const y = r * rowH;
     svg.appendChild(svgEl("text", { x: 0, y: y + 12, fill: "#ddd", "font-size": 11 }, bar.label));
+    let end = labelW;
     bar.values.forEach((v, s) => {
-      const w = Math.max(v > 0 ? 1 : 0, (width - labelW - 60) * v / max);
-      svg.appendChild(svgEl("rect", { x: labelW, y: y + 2, width: w, height: rowH - 4, fill: bar.colors[s] }));
-      svg.appendChild(svgEl("text", { x: labelW + w + 4, y: y + 12, fill: "#aaa", "font-size": 10 }, `${v} ${opts.names[s]}`));
-      y += rowH;
+      const w = Math.max(v > 0 ? 1 : 0, (width - labelW - 110) * v / max);
+      const h = (rowH - 3) / n;
+      svg.appendChild(svgEl("rect", { x: labelW, y: y + 1 + s * h, width: w, height: h, fill: bar.colors[s] }));
+      end = Math.max(end, labelW + w);
     });
-  }
+    const text = bar.values.map((v, s) => `${v} ${opts.names[s]}`).join(", ");
+    svg.appendChild(svgEl("text", { x: end + 4, y: y + 12, fill: "#aaa", "font-size": 10 }, text));
+  });
 }
 
 function heatmap(canvas, grid) {
@@ -255,7 +259,7 @@ async function loadDataset() {
   const keys = Object.keys(d.metadata).sort();
   if (!keys.length) row(card, ["(no card or metadata)"]);
   for (const k of keys) row(card, [k, d.metadata[k].length > 400 ? `${d.metadata[k].slice(0, 400)}…` : d.metadata[k]]);
-  $("d-card-lines").textContent = d.card_lines.join("\n");
+  $("d-card-lines").textContent = d.card_lines.slice(1).join("\n") || "(no card)";
   const summary = $("d-summary");
   clear(summary);
   row(summary, ["location", d.location]);
@@ -266,11 +270,12 @@ async function loadDataset() {
   row(summary, ["degenerate boxes", d.degenerate_boxes]);
   const coco = d.box_size.original.coco_area;
   row(summary, ["COCO sizes (original px)", `small ${coco.small}, medium ${coco.medium}, large ${coco.large}`]);
-  barChart($("d-classes"), d.classes.map((c) => ({ label: c.name, values: [c.boxes, c.images],
-                                                    colors: [color(c.id), "#888"] })),
-           { series: 2, names: ["boxes", "images"] });
+  const byBoxes = [...d.classes].sort((a, b) => b.boxes - a.boxes || a.id - b.id);
+  barChart($("d-classes"), byBoxes.map((c) => ({ label: c.name, values: [c.boxes, c.images],
+                                                  colors: [color(c.id), "#888"] })),
+           { names: ["boxes", "images"] });
   const hist = Object.entries(d.boxes_per_image.histogram).map(([k, v]) => ({ label: `${k} boxes`, values: [v], colors: ["#3b75af"] }));
-  barChart($("d-counts"), hist, { series: 1, names: ["images"] });
+  barChart($("d-counts"), hist, { names: ["images"] });
   heatmap($("d-centre"), d.heatmaps.centre);
   heatmap($("d-size"), d.heatmaps.size);
   const codecs = $("d-codecs");
