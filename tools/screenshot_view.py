@@ -22,7 +22,7 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.support.ui import WebDriverWait
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from detfmt.view import Viewer, make_server  # noqa: E402
+from detfmt.view import Viewer, make_server
 
 PAGES = [("grid", "#/grid", "grid", 760), ("sample", "#/sample/{sample}", "sample-{sample}", 760),
          ("dataset", "#/dataset", "dataset", 1500)]

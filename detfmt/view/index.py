@@ -24,6 +24,11 @@ __all__ = ["SIZES", "SORTS", "LabelIndex", "Query"]
 SIZES = {"small": (0.0, 32.0**2), "medium": (32.0**2, 96.0**2), "large": (96.0**2, np.inf)}
 #: sample orders: dataset order, most boxes first, fewest boxes first
 SORTS = ("index", "most-boxes", "fewest-boxes")
+BLOCK_BYTES = 32 << 20  # padded labels read per block
+
+
+def _join(parts: list[np.ndarray], dtype: type) -> np.ndarray:
+    return np.concatenate(parts) if parts else np.zeros(0, dtype)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +51,8 @@ class Query:
 @dataclasses.dataclass
 class LabelIndex:
     """Flat label arrays of one dataset: ``counts`` (N,) boxes per sample; per box ``classes``,
-    ``owner`` (its sample) and ``area`` (original pixels); ``names`` the file names (or None)."""
+    ``owner`` (its sample) and ``area`` (original pixels); ``names`` the file names (None when
+    the dataset has none, or until `load_names`)."""
 
     counts: np.ndarray
     classes: np.ndarray
@@ -57,25 +63,47 @@ class LabelIndex:
 
     def __post_init__(self) -> None:
         self.counts = np.asarray(self.counts, np.int64)
-        self.classes = np.asarray(self.classes, np.int64)
-        self.owner = np.asarray(self.owner, np.int64)
-        self.area = np.asarray(self.area, np.float64)
+        self.classes = np.asarray(self.classes)
+        self.owner = np.asarray(self.owner)
+        self.area = np.asarray(self.area)
+        self.has_names = self.names is not None
         self._text: str | None = None
         self._starts: np.ndarray | None = None
 
     @classmethod
     def from_dataset(cls, ds: DatasetLike) -> LabelIndex:
-        """Read every label of ``ds`` (through the reader's checks, a block at a time)."""
-        from detfmt.workflows.stats import BoxTable
+        """Read every label of ``ds`` through the reader's checks, in blocks of up to
+        `BLOCK_BYTES` of padded labels (a million samples in about a second). File names are
+        read later, on the first name filter (`load_names`)."""
+        n = len(ds)
+        counts = np.asarray(ds.counts, np.int64).reshape(n)
+        fields = ds.schema.image_fields
+        if "scale_offset" in fields:  # stored = original * scale + offset, per axis
+            transform = np.asarray(ds.image_field("scale_offset"), np.float64).reshape(n, 4)
+            pixel_area = transform[:, 0] * transform[:, 1]
+        else:
+            pixel_area = np.ones(n)
+        widest = max(1, int(counts.max()) if n else 1)
+        step = int(max(1, min(1 << 16, BLOCK_BYTES // (widest * 21))))
+        classes, owner, area = [], [], []
+        for start in range(0, n, step):
+            labels = ds.labels(np.arange(start, min(n, start + step), dtype=np.int64))
+            mask = labels.mask
+            boxes = labels.boxes[mask].astype(np.float64)
+            mine = np.repeat(labels.indices, mask.sum(axis=1))
+            stored = ((boxes[:, 2] - boxes[:, 0]).clip(0) * (boxes[:, 3] - boxes[:, 1]).clip(0))
+            classes.append(labels.classes[mask].astype(np.int32))
+            owner.append(mine.astype(np.int32 if n < 2**31 else np.int64))
+            area.append((stored / pixel_area[mine]).astype(np.float32))
+        index = cls(counts, _join(classes, np.int32), _join(owner, np.int32),
+                    _join(area, np.float32), ds.schema.num_classes)
+        index.has_names = "file_name" in fields
+        return index
 
-        table = BoxTable.read(ds)
-        original = table.original.astype(np.float64)
-        area = ((original[:, 2] - original[:, 0]).clip(0)
-                * (original[:, 3] - original[:, 1]).clip(0))
-        names = None
-        if "file_name" in ds.schema.image_fields:
-            names = [ds.string_field("file_name", i) for i in range(len(ds))]
-        return cls(table.counts, table.classes, table.image, area, len(table.class_names), names)
+    def load_names(self, ds: DatasetLike) -> None:
+        """Read the file names of ``ds`` (the dataset this index was read from)."""
+        if self.names is None and self.has_names:
+            self.names = [ds.string_field("file_name", i) for i in range(len(ds))]
 
     def __len__(self) -> int:
         return len(self.counts)
@@ -86,7 +114,9 @@ class LabelIndex:
         return np.bincount(owners, minlength=len(self)).astype(bool)
 
     def _has_class(self, classes: tuple[int, ...]) -> np.ndarray:
-        return self._has(np.isin(self.classes, np.asarray(classes, np.int64)))
+        wanted = np.zeros(self.num_classes, bool)
+        wanted[list(classes)] = True
+        return self._has(wanted[self.classes])
 
     def _name_matches(self, needle: str) -> np.ndarray:
         if self.names is None or "\n" in needle:  # names are joined by (and hold no) "\n"
@@ -132,6 +162,8 @@ class LabelIndex:
             low, high = SIZES[query.size]
             keep &= self._has((self.area >= low) & (self.area < high))
         if query.name:
+            if self.has_names and self.names is None:
+                raise errors.UsageError("the file names are not read yet: call load_names")
             keep &= self._name_matches(query.name)
         found = np.flatnonzero(keep).astype(np.int64)
         if query.sort == "most-boxes":

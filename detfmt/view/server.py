@@ -68,6 +68,7 @@ class Viewer:
         self._index: dict[str, LabelIndex] = {}
         self._stats: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
+        self._names_lock = threading.Lock()
         self.images = ImageCache()
         self.dataset(self.split_names[0])  # fail now (one line) if it cannot be opened
 
@@ -82,12 +83,28 @@ class Viewer:
                                      else open_dataset(self.location))
             return self._open[split]
 
-    def index(self, split: str) -> LabelIndex:
+    def index(self, split: str, names: bool = False) -> LabelIndex:
+        """The label index of ``split`` (read on first use); ``names``: with its file names
+        (read in the background once the index is made, or now if asked before that ends)."""
         ds = self.dataset(split)
         with self._lock:
-            if split not in self._index:
-                self._index[split] = LabelIndex.from_dataset(ds)
-            return self._index[split]
+            index = self._index.get(split)
+            if index is None:
+                index = self._index[split] = LabelIndex.from_dataset(ds)
+                if index.has_names:
+                    threading.Thread(target=self._load_names, args=(index, ds, True),
+                                     daemon=True).start()
+        if names:
+            self._load_names(index, ds)
+        return index
+
+    def _load_names(self, index: LabelIndex, ds: DatasetLike, background: bool = False) -> None:
+        with self._names_lock:
+            try:
+                index.load_names(ds)
+            except errors.DetfmtError:
+                if not background:  # the request that needs them reports it
+                    raise
 
     def close(self) -> None:
         with self._lock:
@@ -109,7 +126,7 @@ class Viewer:
                 "thumb_sizes": [s for s in THUMB_SIZES if s != FULL]}
 
     def query(self, split: str, query: Query, offset: int, limit: int) -> dict[str, Any]:
-        index = self.index(split)
+        index = self.index(split, names=bool(query.name))
         found = index.select(query)
         ds = self.dataset(split)
         page = found[offset : offset + min(limit, PAGE_LIMIT)]
@@ -122,7 +139,7 @@ class Viewer:
         mask = labels.mask[0]
         h, w = (int(v) for v in ds.sizes[i])
         return {"index": i, "height": h, "width": w,
-                "file_name": index.names[i] if index.names is not None else "",
+                "file_name": ds.string_field("file_name", i) if index.has_names else "",
                 "boxes": labels.boxes[0][mask].round(2).tolist(),
                 "classes": labels.classes[0][mask].tolist()}
 

@@ -149,3 +149,34 @@ def test_cli_view_bad_path_one_line(tmp_path, capsys):
     assert len(err) == 1 and err[0].startswith("detfmt: ")
     assert "Traceback" not in err[0]
     assert os.listdir(tmp_path) == []
+
+
+def test_remote_root(tmp_path, monkeypatch):
+    """A sharded root read over HTTP (fsspec) is viewed like a local one."""
+    pytest.importorskip("fsspec")
+    pytest.importorskip("aiohttp")
+    from tests.datasets import make_sharded_root, varied_shapes
+    from tests.scaleout.scaleout_servers import http_range_server
+
+    monkeypatch.setenv("DETFMT_CACHE_DIR", str(tmp_path / "cache"))
+    local = make_sharded_root(tmp_path / "root", varied_shapes(20))
+    with http_range_server(str(tmp_path)) as base, serving(f"{base}/root") as url:
+        status, _, body = _get(url, "/api/query?any=2&limit=48")
+        want = [i for i in range(20) if 2 in local[i].classes]
+        assert status == 200 and [t["index"] for t in json.loads(body)["items"]] == want
+        status, headers, body = _get(url, "/api/image?i=13")
+        assert headers["Content-Type"] == "image/png"
+        assert np.array_equal(np.asarray(Image.open(io.BytesIO(body))), local[13].image)
+    local.close()
+
+
+def test_file_name_filter_reads_the_names(boxes_dataset):
+    with serving(boxes_dataset) as url:
+        for name, want in [("img_00", [0, 2, 3, 4, 5]), ("</B>", [1]), ("005.PNG", [5]),
+                           ("nothing", [])]:
+            status, _, body = _get(url, f"/api/query?name={name}")
+            answer = json.loads(body)
+            assert status == 200 and [t["index"] for t in answer["items"]] == want, name
+            assert answer["matches"] == len(want) and answer["total"] == 6
+        _, _, body = _get(url, "/api/query?min=2&sort=most-boxes")
+        assert [t["index"] for t in json.loads(body)["items"]] == [3, 0, 5]
