@@ -19,6 +19,16 @@ def _port(text: str) -> int:
     return value
 
 
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {value}")
+    return value
+
+
 def _loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -31,7 +41,8 @@ def _loopback(host: str) -> bool:
 def _cmd_view(args: argparse.Namespace) -> int:
     from detfmt.view.server import Viewer, make_server
 
-    viewer = Viewer(args.path)
+    viewer = Viewer(args.path, predictions=args.predictions, iou=args.iou,
+                    min_score=args.min_score)
     try:
         server = make_server(viewer, args.host, args.port)
     except OSError as error:
@@ -64,4 +75,11 @@ def register(commands: argparse._SubParsersAction) -> None:
                       help="address to listen on; anything but loopback exposes the dataset")
     view.add_argument("--port", type=_port, default=8765, help="port (0: any free one)")
     view.add_argument("--open", action="store_true", help="open the page in the web browser")
+    view.add_argument("--predictions", metavar="JSON",
+                      help="model predictions in COCO results format, drawn beside the boxes "
+                      "with per-sample true/false positives and misses")
+    view.add_argument("--iou", type=_fraction, default=0.5,
+                      help="IoU at which a prediction matches a box of its class")
+    view.add_argument("--min-score", type=_fraction, default=0.5,
+                      help="predictions scored below this are not shown or counted")
     view.set_defaults(run=_cmd_view)

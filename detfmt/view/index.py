@@ -22,8 +22,9 @@ __all__ = ["SIZES", "SORTS", "LabelIndex", "Query"]
 
 #: COCO's box-size categories: area (original pixels) below 32², below 96², else
 SIZES = {"small": (0.0, 32.0**2), "medium": (32.0**2, 96.0**2), "large": (96.0**2, np.inf)}
-#: sample orders: dataset order, most boxes first, fewest boxes first
-SORTS = ("index", "most-boxes", "fewest-boxes")
+#: sample orders: dataset order, most boxes first, fewest boxes first, most prediction errors
+#: (false positives + false negatives) first
+SORTS = ("index", "most-boxes", "fewest-boxes", "worst")
 BLOCK_BYTES = 32 << 20  # padded labels read per block
 
 
@@ -67,6 +68,8 @@ class LabelIndex:
         self.owner = np.asarray(self.owner)
         self.area = np.asarray(self.area)
         self.has_names = self.names is not None
+        #: (N,) prediction errors per sample (false positives + negatives), for sort="worst"
+        self.errors: np.ndarray | None = None
         self._text: str | None = None
         self._starts: np.ndarray | None = None
 
@@ -170,4 +173,9 @@ class LabelIndex:
             found = found[np.argsort(-self.counts[found], kind="stable")]
         elif query.sort == "fewest-boxes":
             found = found[np.argsort(self.counts[found], kind="stable")]
+        elif query.sort == "worst":
+            if self.errors is None:
+                raise errors.UsageError("sorting by the worst samples needs predictions "
+                                        "(detfmt view --predictions)")
+            found = found[np.argsort(-self.errors[found], kind="stable")]
         return found

@@ -22,6 +22,7 @@ from detfmt import errors, spec
 from detfmt.protocol import DatasetLike
 from detfmt.view.images import FULL, THUMB_SIZES, ImageCache
 from detfmt.view.index import SORTS, LabelIndex, Query
+from detfmt.view.predictions import Evaluation, read_results
 
 __all__ = ["PAGE_LIMIT", "Viewer", "make_server"]
 
@@ -54,7 +55,9 @@ class Viewer:
     sharded root, local or remote, or a split root holding ``splits.json``). Splits are opened
     and indexed on first use; everything read is kept read-only."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *,
+                 predictions: str | os.PathLike[str] | None = None, iou: float = 0.5,
+                 min_score: float = 0.5) -> None:
         from detfmt.api import is_sharded_root, read_split_index
 
         self.location = os.fspath(path)
@@ -70,6 +73,10 @@ class Viewer:
         self._lock = threading.Lock()
         self._names_lock = threading.Lock()
         self.images = ImageCache()
+        self.predictions = os.fspath(predictions) if predictions is not None else None
+        self._results = read_results(predictions) if predictions is not None else None
+        self._evaluations: dict[str, Evaluation] = {}
+        self.iou, self.min_score = iou, min_score
         self.dataset(self.split_names[0])  # fail now (one line) if it cannot be opened
 
     def dataset(self, split: str) -> DatasetLike:
@@ -91,12 +98,29 @@ class Viewer:
             index = self._index.get(split)
             if index is None:
                 index = self._index[split] = LabelIndex.from_dataset(ds)
+                evaluation = self._evaluation(split, ds)
+                if evaluation is not None:
+                    index.errors = evaluation.counts[:, 1] + evaluation.counts[:, 2]
                 if index.has_names:
                     threading.Thread(target=self._load_names, args=(index, ds, True),
                                      daemon=True).start()
         if names:
             self._load_names(index, ds)
         return index
+
+    def _evaluation(self, split: str, ds: DatasetLike) -> Evaluation | None:
+        """The predictions matched to ``split`` (call with the lock held)."""
+        if self._results is None:
+            return None
+        if split not in self._evaluations:
+            self._evaluations[split] = Evaluation.build(
+                ds, self._results, iou=self.iou, min_score=self.min_score)
+        return self._evaluations[split]
+
+    def evaluation(self, split: str) -> Evaluation | None:
+        ds = self.dataset(split)
+        with self._lock:
+            return self._evaluation(split, ds)
 
     def _load_names(self, index: LabelIndex, ds: DatasetLike, background: bool = False) -> None:
         with self._names_lock:
@@ -119,10 +143,15 @@ class Viewer:
 
         ds = self.dataset(self.split_names[0])
         schema = ds.schema
+        predictions = None
+        if self.predictions is not None:
+            predictions = {"file": os.path.basename(self.predictions), "iou": self.iou,
+                           "min_score": self.min_score}
         return {"location": self.location, "splits": self.split_names,
                 "classes": schema.class_names, "palette": [_hex(c) for c in PALETTE],
                 "box_fields": [f.name for f in schema.box_fields],
-                "image_fields": list(schema.image_fields), "sorts": list(SORTS),
+                "image_fields": list(schema.image_fields), "predictions": predictions,
+                "sorts": [s for s in SORTS if s != "worst" or predictions is not None],
                 "thumb_sizes": [s for s in THUMB_SIZES if s != FULL]}
 
     def query(self, split: str, query: Query, offset: int, limit: int) -> dict[str, Any]:
@@ -130,15 +159,18 @@ class Viewer:
         found = index.select(query)
         ds = self.dataset(split)
         page = found[offset : offset + min(limit, PAGE_LIMIT)]
-        items = [self._tile(ds, index, int(i)) for i in page]
+        evaluation = self.evaluation(split)
+        items = [self._tile(ds, index, int(i), evaluation) for i in page]
         return {"total": len(index), "matches": len(found), "offset": offset, "items": items,
                 "indices": found.tolist() if len(found) <= 100_000 else None}
 
-    def _tile(self, ds: DatasetLike, index: LabelIndex, i: int) -> dict[str, Any]:
+    def _tile(self, ds: DatasetLike, index: LabelIndex, i: int,
+              evaluation: Evaluation | None) -> dict[str, Any]:
         labels = ds.labels(np.array([i], np.int64))
         mask = labels.mask[0]
         h, w = (int(v) for v in ds.sizes[i])
         return {"index": i, "height": h, "width": w,
+                "predictions": evaluation.of(i) if evaluation is not None else None,
                 "file_name": ds.string_field("file_name", i) if index.has_names else "",
                 "boxes": labels.boxes[0][mask].round(2).tolist(),
                 "classes": labels.classes[0][mask].tolist()}
@@ -156,7 +188,9 @@ class Viewer:
             else:
                 fields[name] = np.asarray(ds.image_field(name)[i]).tolist()
         h, w = (int(v) for v in ds.sizes[i])
+        evaluation = self.evaluation(split)
         return {"index": i, "count": len(ds), "height": h, "width": w, "codec": ds.codec(i),
+                "predictions": evaluation.of(i) if evaluation is not None else None,
                 "boxes": labels.boxes[0][mask].tolist(),
                 "classes": labels.classes[0][mask].tolist(),
                 "box_fields": {name: np.asarray(values[0][mask]).tolist()

@@ -54,7 +54,7 @@ function imageUrl(i, size) {
 
 // Boxes over an image shown at `scale` px per stored pixel: one <rect> per box, in stored
 // coordinates (the viewBox), stroked in the class colour.
-function drawBoxes(svg, w, h, scale, boxes, classes, labels) {
+function drawBoxes(svg, w, h, scale, boxes, classes, labels, preds) {
   clear(svg);
   svg.setAttribute("width", w * scale);
   svg.setAttribute("height", h * scale);
@@ -75,6 +75,19 @@ function drawBoxes(svg, w, h, scale, boxes, classes, labels) {
       svg.appendChild(text);
     }
   });
+  // predictions: dashed, in their class colour; false positives thinner
+  if (preds) preds.boxes.forEach((b, k) => {
+    const c = color(preds.classes[k]);
+    const rect = svgEl("rect", { class: `box pred ${preds.tp[k] ? "tp" : "fp"}`, x: b[0], y: b[1],
+                                 width: Math.max(0, b[2] - b[0]), height: Math.max(0, b[3] - b[1]),
+                                 stroke: c, "stroke-width": preds.tp[k] ? 2 : 1.5, "stroke-dasharray": "5 3" });
+    rect.appendChild(svgEl("title", {}, `${className(preds.classes[k])} ${preds.scores[k].toFixed(2)} ${preds.tp[k] ? "TP" : "FP"}`));
+    svg.appendChild(rect);
+  });
+}
+
+function tally(preds) {
+  return preds ? ` · TP ${preds.counts.tp} FP ${preds.counts.fp} FN ${preds.counts.fn}` : "";
 }
 
 // ---- grid ----
@@ -100,11 +113,11 @@ function tile(item) {
                           height: Math.round(item.height * scale) });
   if (scale > 1) img.classList.add("pixels");
   const svg = svgEl("svg", {});
-  drawBoxes(svg, item.width, item.height, scale, item.boxes, item.classes, false);
+  drawBoxes(svg, item.width, item.height, scale, item.boxes, item.classes, false, item.predictions);
   frame.append(img, svg);
   thumb.appendChild(frame);
   const name = item.file_name ? ` ${item.file_name}` : "";
-  node.append(thumb, el("div", { class: "caption", title: item.file_name }, `#${item.index}${name} (${item.boxes.length} boxes)`));
+  node.append(thumb, el("div", { class: "caption", title: item.file_name }, `#${item.index}${name} (${item.boxes.length} boxes)${tally(item.predictions)}`));
   node.addEventListener("click", () => { location.hash = `#/sample/${item.index}`; });
   node.addEventListener("keydown", (e) => { if (e.key === "Enter") location.hash = `#/sample/${item.index}`; });
   return node;
@@ -161,7 +174,7 @@ function renderSample() {
   img.width = Math.round(s.width * z);
   img.height = Math.round(s.height * z);
   img.classList.toggle("pixels", z > 1);
-  drawBoxes($("s-svg"), s.width, s.height, z, s.boxes, s.classes, true);
+  drawBoxes($("s-svg"), s.width, s.height, z, s.boxes, s.classes, true, s.predictions);
   const boxes = $("s-boxes");
   clear(boxes);
   const original = $("orig").checked && s.image_fields.scale_offset;
@@ -180,6 +193,15 @@ function renderSample() {
     name.appendChild(swatch);
     row(boxes, [String(k), name, xyxy.map(fmt).join(" "), ...names.map((f) => fmt(s.box_fields[f][k]))]);
   });
+  const preds = $("s-preds");
+  clear(preds);
+  $("s-preds-box").hidden = !s.predictions;
+  if (s.predictions) {
+    const p = s.predictions;
+    row(preds, ["#", "class", "score", "match", "x0 y0 x1 y1 (stored px)"], true);
+    p.boxes.forEach((b, k) => row(preds, [String(k), className(p.classes[k]), p.scores[k].toFixed(3),
+                                          p.tp[k] ? "TP" : "FP", b.map(fmt).join(" ")]));
+  }
   const fields = $("s-fields");
   clear(fields);
   row(fields, ["index", String(s.index)]);
@@ -187,7 +209,7 @@ function renderSample() {
   row(fields, ["codec", s.codec]);
   for (const [k, v] of Object.entries(s.image_fields)) row(fields, [k, Array.isArray(v) ? v.map(fmt).join(" ") : fmt(v)]);
   const name = s.image_fields.file_name ? ` ${s.image_fields.file_name}` : "";
-  $("s-title").textContent = `#${s.index}${name} (${s.boxes.length} boxes)`;
+  $("s-title").textContent = `#${s.index}${name} (${s.boxes.length} boxes)${tally(s.predictions)}`;
   $("s-prev").disabled = neighbour(s.index, -1) === null;
   $("s-next").disabled = neighbour(s.index, 1) === null;
 }
@@ -346,7 +368,12 @@ async function main() {
   }
   info.classes.forEach((name, id) => $("f-classes").appendChild(el("option", { value: id, style: `color:${color(id)}` }, name)));
   $("f-classes").size = Math.min(6, Math.max(2, info.classes.length));
-  for (const s of info.sorts) $("f-sort").appendChild(el("option", { value: s }, s.replace("-", " ")));
+  for (const s of info.sorts) $("f-sort").appendChild(el("option", { value: s }, s === "worst" ? "worst (FP + FN)" : s.replace("-", " ")));
+  if (info.predictions) {
+    const p = info.predictions;
+    $("preds-note").hidden = false;
+    $("preds-note").textContent = `predictions: ${p.file} (dashed; IoU ${p.iou}, score ≥ ${p.min_score})`;
+  }
   $("split").addEventListener("change", () => { state.split = $("split").value; state.sample = null; route(); });
   for (const id of ["f-classes", "f-mode", "f-min", "f-max", "f-size", "f-sort"]) $(id).addEventListener("change", loadGrid);
   let timer = null;
