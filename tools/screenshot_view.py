@@ -24,6 +24,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from detfmt.view import Viewer, make_server
 
+PREDICTIONS = ("predictions", "#/grid", "grid", 760)
 PAGES = [("grid", "#/grid", "grid", 760), ("sample", "#/sample/{sample}", "sample-{sample}", 760),
          ("dataset", "#/dataset", "dataset", 1500)]
 
@@ -34,8 +35,10 @@ def main() -> None:
     parser.add_argument("out", type=Path)
     parser.add_argument("--sample", type=int, default=1)
     parser.add_argument("--width", type=int, default=1100)
+    parser.add_argument("--predictions", help="a COCO results file: also shoot the grid, "
+                        "worst samples first, with them")
     args = parser.parse_args()
-    viewer = Viewer(args.dataset)
+    viewer = Viewer(args.dataset, predictions=args.predictions)
     server = make_server(viewer)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}/"
@@ -47,9 +50,16 @@ def main() -> None:
     driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
     args.out.mkdir(parents=True, exist_ok=True)
     try:
-        for name, route, ready, height in PAGES:
+        pages = [PREDICTIONS] if args.predictions else PAGES
+        for name, route, ready, height in pages:
             driver.set_window_size(args.width, height)
             driver.get(url + route.format(sample=args.sample))
+            if name == "predictions":
+                WebDriverWait(driver, 60).until(lambda d: d.execute_script(
+                    "return document.body.dataset.ready") == "grid")
+                driver.execute_script(
+                    "const s = document.getElementById('f-sort'); s.value = 'worst';"
+                    "document.body.dataset.ready = ''; s.dispatchEvent(new Event('change'));")
             WebDriverWait(driver, 60).until(lambda d, r=ready: d.execute_script(
                 "return document.body.dataset.ready") == r.format(sample=args.sample))
             time.sleep(1.0)  # thumbnails decode after the page says it is drawn

@@ -241,7 +241,7 @@ function zoom(factor) {
 function barChart(svg, bars, opts) {
   // one row per bar, one thin sub-bar per series; values written after the bars
   clear(svg);
-  const rowH = 16, labelW = 140, width = 560, n = opts.names.length;
+  const rowH = 16, labelW = 140, width = 640, n = opts.names.length;
   const max = Math.max(1, ...bars.map((b) => Math.max(...b.values)));
   svg.setAttribute("width", width);
   svg.setAttribute("height", bars.length * rowH + 4);
@@ -250,7 +250,7 @@ function barChart(svg, bars, opts) {
     svg.appendChild(svgEl("text", { x: 0, y: y + 12, fill: "#ddd", "font-size": 11 }, bar.label));
     let end = labelW;
     bar.values.forEach((v, s) => {
-      const w = Math.max(v > 0 ? 1 : 0, (width - labelW - 110) * v / max);
+      const w = Math.max(v > 0 ? 1 : 0, (width - labelW - 170) * v / max);
       const h = (rowH - 3) / n;
       svg.appendChild(svgEl("rect", { x: labelW, y: y + 1 + s * h, width: w, height: h, fill: bar.colors[s] }));
       end = Math.max(end, labelW + w);
