@@ -130,7 +130,7 @@ def bench_filter(path: Path, repeat: int) -> list[tuple[str, float, float | None
     index.load_names(ds)
     names = time.perf_counter() - start
     rows: list[tuple[str, float, float | None, int]] = [
-        ("label index read (once, at the first query)", build, None, len(ds)),
+        ("label index read (once per split, in the background)", build, None, len(ds)),
         ("file names read (once, in the background after that)", names, None, len(ds))]
     wanted = [0, 1, 2, 3, 4]
     unwanted = tuple(range(5, 10))

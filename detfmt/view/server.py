@@ -8,6 +8,7 @@ against the dataset's own split list and integers. Nothing is written, anywhere.
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
 import os
@@ -71,6 +72,8 @@ class Viewer:
         self._index: dict[str, LabelIndex] = {}
         self._stats: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
+        self._split_locks: dict[str, threading.RLock] = {}
+        self._threads: list[threading.Thread] = []
         self._names_lock = threading.Lock()
         self.images = ImageCache()
         self.predictions = os.fspath(predictions) if predictions is not None else None
@@ -78,6 +81,7 @@ class Viewer:
         self._evaluations: dict[str, Evaluation] = {}
         self.iou, self.min_score = iou, min_score
         self.dataset(self.split_names[0])  # fail now (one line) if it cannot be opened
+        self._background(self._warm, self.split_names[0])
 
     def dataset(self, split: str) -> DatasetLike:
         if split not in self.split_names:
@@ -90,37 +94,50 @@ class Viewer:
                                      else open_dataset(self.location))
             return self._open[split]
 
-    def index(self, split: str, names: bool = False) -> LabelIndex:
-        """The label index of ``split`` (read on first use); ``names``: with its file names
-        (read in the background once the index is made, or now if asked before that ends)."""
-        ds = self.dataset(split)
+    def _split_lock(self, split: str) -> threading.RLock:
         with self._lock:
+            return self._split_locks.setdefault(split, threading.RLock())
+
+    def index(self, split: str, names: bool = False) -> LabelIndex:
+        """The label index of ``split`` (read on first use, under that split's own lock, so
+        images and other splits are served meanwhile); ``names``: with its file names (read in
+        the background once the index is made, or now if asked before that ends)."""
+        ds = self.dataset(split)
+        with self._split_lock(split):
             index = self._index.get(split)
             if index is None:
-                index = self._index[split] = LabelIndex.from_dataset(ds)
-                evaluation = self._evaluation(split, ds)
+                index = LabelIndex.from_dataset(ds)
+                evaluation = self.evaluation(split)
                 if evaluation is not None:
                     index.errors = evaluation.counts[:, 1] + evaluation.counts[:, 2]
+                self._index[split] = index
                 if index.has_names:
-                    threading.Thread(target=self._load_names, args=(index, ds, True),
-                                     daemon=True).start()
+                    self._background(self._load_names, index, ds, True)
         if names:
             self._load_names(index, ds)
         return index
 
-    def _evaluation(self, split: str, ds: DatasetLike) -> Evaluation | None:
-        """The predictions matched to ``split`` (call with the lock held)."""
+    def evaluation(self, split: str) -> Evaluation | None:
+        """The predictions matched to ``split`` (None without predictions)."""
         if self._results is None:
             return None
-        if split not in self._evaluations:
-            self._evaluations[split] = Evaluation.build(
-                ds, self._results, iou=self.iou, min_score=self.min_score)
-        return self._evaluations[split]
-
-    def evaluation(self, split: str) -> Evaluation | None:
         ds = self.dataset(split)
+        with self._split_lock(split):
+            if split not in self._evaluations:
+                self._evaluations[split] = Evaluation.build(
+                    ds, self._results, iou=self.iou, min_score=self.min_score)
+            return self._evaluations[split]
+
+    def _warm(self, split: str) -> None:
+        """Read ``split``'s labels ahead of the first filter (errors wait for that request)."""
+        with contextlib.suppress(errors.DetfmtError):
+            self.index(split)
+
+    def _background(self, target: Any, *args: Any) -> None:
+        thread = threading.Thread(target=target, args=args, daemon=True)
         with self._lock:
-            return self._evaluation(split, ds)
+            self._threads.append(thread)
+        thread.start()
 
     def _load_names(self, index: LabelIndex, ds: DatasetLike, background: bool = False) -> None:
         with self._names_lock:
@@ -131,6 +148,11 @@ class Viewer:
                     raise
 
     def close(self) -> None:
+        """Close the datasets, once the background reads of their labels have ended."""
+        with self._lock:
+            threads = list(self._threads)
+        for thread in threads:
+            thread.join()
         with self._lock:
             for ds in self._open.values():
                 ds.close()
@@ -155,23 +177,25 @@ class Viewer:
                 "thumb_sizes": [s for s in THUMB_SIZES if s != FULL]}
 
     def query(self, split: str, query: Query, offset: int, limit: int) -> dict[str, Any]:
-        index = self.index(split, names=bool(query.name))
-        found = index.select(query)
         ds = self.dataset(split)
+        if query == Query() and split not in self._index:  # everything: no index needed yet
+            found = np.arange(len(ds), dtype=np.int64)
+        else:
+            found = self.index(split, names=bool(query.name)).select(query)
         page = found[offset : offset + min(limit, PAGE_LIMIT)]
         evaluation = self.evaluation(split)
-        items = [self._tile(ds, index, int(i), evaluation) for i in page]
-        return {"total": len(index), "matches": len(found), "offset": offset, "items": items,
+        items = [self._tile(ds, int(i), evaluation) for i in page]
+        return {"total": len(ds), "matches": len(found), "offset": offset, "items": items,
                 "indices": found.tolist() if len(found) <= 100_000 else None}
 
-    def _tile(self, ds: DatasetLike, index: LabelIndex, i: int,
-              evaluation: Evaluation | None) -> dict[str, Any]:
+    def _tile(self, ds: DatasetLike, i: int, evaluation: Evaluation | None) -> dict[str, Any]:
         labels = ds.labels(np.array([i], np.int64))
         mask = labels.mask[0]
         h, w = (int(v) for v in ds.sizes[i])
         return {"index": i, "height": h, "width": w,
                 "predictions": evaluation.of(i) if evaluation is not None else None,
-                "file_name": ds.string_field("file_name", i) if index.has_names else "",
+                "file_name": (ds.string_field("file_name", i)
+                              if "file_name" in ds.schema.image_fields else ""),
                 "boxes": labels.boxes[0][mask].round(2).tolist(),
                 "classes": labels.classes[0][mask].tolist()}
 
