@@ -28,6 +28,9 @@ from detfmt.view.predictions import Evaluation, read_results
 __all__ = ["PAGE_LIMIT", "Viewer", "make_server"]
 
 PAGE_LIMIT = 200  # samples per query answer at most
+#: a query answer lists every match up to this many (the page then steps through them itself;
+#: past it, it asks /api/neighbour)
+MAX_INDICES = 100_000
 HEATMAP_BINS = 32
 _STATIC = {"/": ("index.html", "text/html; charset=utf-8"),
            "/static/app.js": ("app.js", "text/javascript; charset=utf-8"),
@@ -176,17 +179,27 @@ class Viewer:
                 "sorts": [s for s in SORTS if s != "worst" or predictions is not None],
                 "thumb_sizes": [s for s in THUMB_SIZES if s != FULL]}
 
+    def _matches(self, split: str, query: Query) -> np.ndarray:
+        if query == Query() and split not in self._index:  # everything: no index needed yet
+            return np.arange(len(self.dataset(split)), dtype=np.int64)
+        return self.index(split, names=bool(query.name)).select(query)
+
+    def neighbour(self, split: str, query: Query, i: int, step: int) -> dict[str, Any]:
+        """The match ``step`` (+1 or -1) places from sample ``i`` in ``query``'s order."""
+        found = self._matches(split, query)
+        at = np.flatnonzero(found == i)
+        if not len(at) or not 0 <= int(at[0]) + step < len(found):
+            return {"index": None}
+        return {"index": int(found[int(at[0]) + step])}
+
     def query(self, split: str, query: Query, offset: int, limit: int) -> dict[str, Any]:
         ds = self.dataset(split)
-        if query == Query() and split not in self._index:  # everything: no index needed yet
-            found = np.arange(len(ds), dtype=np.int64)
-        else:
-            found = self.index(split, names=bool(query.name)).select(query)
+        found = self._matches(split, query)
         page = found[offset : offset + min(limit, PAGE_LIMIT)]
         evaluation = self.evaluation(split)
         items = [self._tile(ds, int(i), evaluation) for i in page]
         return {"total": len(ds), "matches": len(found), "offset": offset, "items": items,
-                "indices": found.tolist() if len(found) <= 100_000 else None}
+                "indices": found.tolist() if len(found) <= MAX_INDICES else None}
 
     def _tile(self, ds: DatasetLike, i: int, evaluation: Evaluation | None) -> dict[str, Any]:
         labels = ds.labels(np.array([i], np.int64))
@@ -361,6 +374,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             limit = _int(params, "limit", 48)
             self._json(200, viewer.query(split, _query(params), _int(params, "offset", 0),
                                          limit))
+        elif route == "neighbour":
+            step = _one(params, "step", "1")
+            if step not in ("1", "-1"):
+                raise _HttpError(400, "step must be 1 or -1")
+            self._json(200, viewer.neighbour(split, _query(params), _int(params, "i", 0),
+                                             int(step)))
         elif route == "sample":
             self._json(200, viewer.sample(split, _int(params, "i", 0)))
         elif route == "stats":

@@ -164,6 +164,29 @@ def test_keyboard_moves_between_samples(browser, boxes_dataset):
         assert len(rows) == 1 + len(BOXES[3])
 
 
+def test_keyboard_follows_a_filter_past_the_listed_matches(browser, boxes_dataset,
+                                                          monkeypatch):
+    """When a filter keeps more samples than an answer lists, the page asks the server."""
+    from selenium.webdriver.common.keys import Keys
+
+    from detfmt.view import server
+
+    monkeypatch.setattr(server, "MAX_INDICES", 0)
+    with serving(boxes_dataset) as url:
+        open_page(browser, url + "/#/grid", "grid")
+        _choose(browser, "f-classes", ["1"])  # dog: samples 0, 3, 4
+        _choose(browser, "f-sort", ["fewest-boxes"])  # 4 (1 box), 0 (2), 3 (3)
+        assert _tiles(browser) == [4, 0, 3]
+        browser.find_elements(_by("CSS_SELECTOR"), "#tiles .tile")[0].click()
+        wait_ready(browser, "sample-4")
+        _press(browser, Keys.ARROW_RIGHT)
+        wait_ready(browser, "sample-0")
+        _press(browser, Keys.ARROW_RIGHT)
+        wait_ready(browser, "sample-3")
+        _press(browser, Keys.ARROW_LEFT)
+        wait_ready(browser, "sample-0")
+
+
 def test_split_root(browser, tmp_path):
     from detfmt.workflows.split import split
 

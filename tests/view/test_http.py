@@ -180,3 +180,29 @@ def test_file_name_filter_reads_the_names(boxes_dataset):
             assert answer["matches"] == len(want) and answer["total"] == 6
         _, _, body = _get(url, "/api/query?min=2&sort=most-boxes")
         assert [t["index"] for t in json.loads(body)["items"]] == [3, 0, 5]
+
+
+def test_a_broken_sample_is_an_error_answer_not_a_crash(tmp_path):
+    from tests.datasets import corrupt_payload, make_dataset, varied_shapes
+
+    ds = make_dataset(tmp_path / "ds", varied_shapes(6), codec="zstd")
+    corrupt_payload(ds, 2)
+    ds.close()
+    with serving(tmp_path / "ds") as url:
+        status, _, body = _get(url, "/api/image?i=2")
+        error = json.loads(body)["error"]
+        assert status == 500 and "sample 2" in error and "[" in error  # names it, rule id
+        assert _get(url, "/api/image?i=3")[0] == 200  # the others are still served
+        assert _get(url, "/api/query")[0] == 200
+
+
+def test_neighbour_in_the_filter_order(boxes_dataset):
+    with serving(boxes_dataset) as url:
+        for path, want in [("i=0&step=1&any=1", 3), ("i=3&step=1&any=1", 4),
+                           ("i=4&step=1&any=1", None), ("i=0&step=-1", None),
+                           ("i=0&step=1&any=1&sort=fewest-boxes", 3),
+                           ("i=4&step=1&any=1&sort=fewest-boxes", 0),
+                           ("i=2&step=1&any=1", None)]:  # 2 is not a match
+            status, _, body = _get(url, f"/api/neighbour?{path}")
+            assert status == 200 and json.loads(body) == {"index": want}, path
+        assert _get(url, "/api/neighbour?i=0&step=2")[0] == 400

@@ -6,8 +6,8 @@
 const SVG = "http://www.w3.org/2000/svg";
 const PAGE = 48;
 const THUMB = 256;
-const state = { info: null, split: "", offset: 0, matches: 0, indices: null, zoom: 1,
-                sample: null, query: "" };
+const state = { info: null, split: "", offset: 0, matches: 0, total: 0, indices: null,
+                params: null, zoom: 1, sample: null, query: "" };
 
 function $(id) { return document.getElementById(id); }
 
@@ -129,6 +129,8 @@ async function loadGrid() {
   if (key !== state.query) { state.offset = 0; state.query = key; }
   const data = await api("query", { ...params, offset: state.offset, limit: PAGE });
   state.matches = data.matches;
+  state.total = data.total;
+  state.params = params;
   state.indices = data.indices;
   $("count").textContent = `${data.matches} of ${data.total} samples match`;
   const pages = Math.max(1, Math.ceil(data.matches / PAGE));
@@ -143,6 +145,8 @@ async function loadGrid() {
 
 // ---- sample ----
 
+// The sample before / after i in the grid's filter and order: known here when the page holds
+// the matches (or there is no filter), else undefined (the server is asked, see step).
 function neighbour(i, step) {
   if (state.indices) {
     const at = state.indices.indexOf(i);
@@ -151,6 +155,8 @@ function neighbour(i, step) {
       return next >= 0 && next < state.indices.length ? state.indices[next] : null;
     }
   }
+  const unfiltered = !state.params || (state.matches === state.total && state.params.sort === "index");
+  if (!unfiltered) return undefined;
   const next = i + step;
   return state.sample && next >= 0 && next < state.sample.count ? next : null;
 }
@@ -210,7 +216,7 @@ function renderSample() {
   for (const [k, v] of Object.entries(s.image_fields)) row(fields, [k, Array.isArray(v) ? v.map(fmt).join(" ") : fmt(v)]);
   const name = s.image_fields.file_name ? ` ${s.image_fields.file_name}` : "";
   $("s-title").textContent = `#${s.index}${name} (${s.boxes.length} boxes)${tally(s.predictions)}`;
-  $("s-prev").disabled = neighbour(s.index, -1) === null;
+  $("s-prev").disabled = neighbour(s.index, -1) === null;  // undefined: ask on a click
   $("s-next").disabled = neighbour(s.index, 1) === null;
 }
 
@@ -220,13 +226,21 @@ async function loadSample(i) {
   const img = $("s-img");
   img.src = imageUrl(i, 0);
   renderSample();
-  await img.decode().catch(() => {});
+  await img.decode().catch(async () => {  // say why the image is missing
+    const answer = await fetch(img.src).then((r) => r.json()).catch(() => null);
+    if (answer && answer.error) showError(new Error(answer.error));
+  });
   document.body.dataset.ready = `sample-${i}`;
 }
 
-function step(direction) {
+async function step(direction) {
   if (!state.sample) return;
-  const next = neighbour(state.sample.index, direction);
+  let next = neighbour(state.sample.index, direction);
+  if (next === undefined) {
+    try {
+      next = (await api("neighbour", { ...state.params, i: state.sample.index, step: direction })).index;
+    } catch (error) { showError(error); return; }
+  }
   if (next !== null) location.hash = `#/sample/${next}`;
 }
 
@@ -374,7 +388,12 @@ async function main() {
     $("preds-note").hidden = false;
     $("preds-note").textContent = `predictions: ${p.file} (dashed; IoU ${p.iou}, score ≥ ${p.min_score})`;
   }
-  $("split").addEventListener("change", () => { state.split = $("split").value; state.sample = null; route(); });
+  $("split").addEventListener("change", () => {
+    state.split = $("split").value;
+    state.sample = null;
+    state.indices = state.params = null;
+    route();
+  });
   for (const id of ["f-classes", "f-mode", "f-min", "f-max", "f-size", "f-sort"]) $(id).addEventListener("change", loadGrid);
   let timer = null;
   $("f-name").addEventListener("input", () => { clearTimeout(timer); timer = setTimeout(loadGrid, 200); });
