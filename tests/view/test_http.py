@@ -206,3 +206,26 @@ def test_neighbour_in_the_filter_order(boxes_dataset):
             status, _, body = _get(url, f"/api/neighbour?{path}")
             assert status == 200 and json.loads(body) == {"index": want}, path
         assert _get(url, "/api/neighbour?i=0&step=2")[0] == 400
+
+
+def test_cli_serves_until_ctrl_c(boxes_dataset):
+    import re
+    import signal
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen([sys.executable, "-m", "detfmt", "view", str(boxes_dataset),
+                             "--port", "0"], cwd=root, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(root)})
+    try:
+        line = proc.stdout.readline()
+        found = re.search(r"at http://localhost:(\d+)/ \(read-only", line)
+        assert found, line
+        status, _, body = _get(f"http://127.0.0.1:{found.group(1)}", "/api/info")
+        assert status == 200 and json.loads(body)["classes"][0] == "cat"
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and err.strip() == "detfmt view: stopped"
