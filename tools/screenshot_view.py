@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from detfmt.view import Viewer, make_server
 
 PREDICTIONS = ("predictions", "#/grid", "grid", 760)
-PAGES = [("grid", "#/grid", "grid", 760), ("sample", "#/sample/{sample}", "sample-{sample}", 760),
+PAGES = [("grid", "#/grid", "grid", 760), ("sample", "#/sample/{sample}", "sample-{sample}", 900),
          ("dataset", "#/dataset", "dataset", 1500)]
 
 

@@ -114,13 +114,32 @@ def test_boxes_are_drawn_where_the_labels_say(browser, boxes_dataset):
         _check_boxes(shot, BOXES[3], scale)
 
 
+def test_zoom_scales_the_image_and_boxes_not_the_labels(browser, boxes_dataset):
+    with serving(boxes_dataset) as url:
+        open_page(browser, f"{url}/#/sample/0", "sample-0")
+        label = "return document.querySelector('#s-svg text.label').getBoundingClientRect().height"
+        before = browser.execute_script(label)
+        for _ in range(3):
+            _press(browser, "+")
+        zoom = 1.25**3
+        assert browser.find_element(_by("ID"), "zoom").text == f"{round(zoom * 100)}%"
+        stage = browser.find_element(_by("ID"), "stage")
+        shot = Image.open(io.BytesIO(stage.screenshot_as_png)).convert("RGB")
+        assert shot.size == (int(160 * zoom + 0.5), int(120 * zoom + 0.5))  # as JS rounds
+        _check_boxes(shot, BOXES[0], zoom)
+        after = browser.execute_script(label)
+        assert abs(after - before) <= 0.2 * before, (before, after)  # labels stay readable
+        swatch = browser.find_element(_by("CSS_SELECTOR"), "#s-boxes .swatch")
+        assert swatch.value_of_css_property("background-color") != "rgba(0, 0, 0, 0)"
+
+
 def test_hostile_names_show_as_text(browser, boxes_dataset):
     with serving(boxes_dataset) as url:
         open_page(browser, url + "/#/grid", "grid")
         options = browser.find_elements(_by("CSS_SELECTOR"), "#f-classes option")
         assert [o.text for o in options] == ["cat", "dog", HOSTILE]
         caption = browser.find_elements(_by("CSS_SELECTOR"), "#tiles .caption")[1]
-        assert caption.text == "#1 <b>img</b>_001.png (1 boxes)"
+        assert caption.text == "#1 <b>img</b>_001.png\n1 boxes"
         open_page(browser, url + "/#/sample/1", "sample-1")
         label = browser.find_element(_by("CSS_SELECTOR"), "#s-svg text.label")
         assert label.get_attribute("textContent") == HOSTILE

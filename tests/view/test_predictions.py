@@ -107,7 +107,7 @@ def test_predictions_drawn_beside_the_boxes(browser, boxes_dataset, results, mon
     with serving(boxes_dataset) as url:
         open_page(browser, url + "/#/grid", "grid")
         captions = [c.text for c in browser.find_elements(By.CSS_SELECTOR, "#tiles .caption")]
-        assert captions[0].endswith("· TP 1 FP 1 FN 1")
+        assert captions[0] == "#0 img_000.png\n2 boxes · TP 1 FP 1 FN 1"
         browser.execute_script(
             "const s = document.getElementById('f-sort'); s.value = 'worst';"
             "document.body.dataset.ready = ''; s.dispatchEvent(new Event('change'));")

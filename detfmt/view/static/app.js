@@ -11,16 +11,25 @@ const state = { info: null, split: "", offset: 0, matches: 0, total: 0, indices:
 
 function $(id) { return document.getElementById(id); }
 
+// Attributes as values; "style" through the CSSOM (the Content-Security-Policy refuses style
+// attributes, not element.style).
+function setAttributes(node, attrs) {
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "style") node.style.cssText = String(v);
+    else node.setAttribute(k, String(v));
+  }
+}
+
 function el(tag, attrs, text) {
   const node = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, String(v));
+  setAttributes(node, attrs);
   if (text !== undefined) node.textContent = String(text);
   return node;
 }
 
 function svgEl(tag, attrs, text) {
   const node = document.createElementNS(SVG, tag);
-  for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, String(v));
+  setAttributes(node, attrs);
   if (text !== undefined) node.textContent = String(text);
   return node;
 }
@@ -117,7 +126,10 @@ function tile(item) {
   frame.append(img, svg);
   thumb.appendChild(frame);
   const name = item.file_name ? ` ${item.file_name}` : "";
-  node.append(thumb, el("div", { class: "caption", title: item.file_name }, `#${item.index}${name} (${item.boxes.length} boxes)${tally(item.predictions)}`));
+  const caption = el("div", { class: "caption", title: item.file_name });
+  caption.append(el("div", {}, `#${item.index}${name}`),
+                 el("div", {}, `${item.boxes.length} boxes${tally(item.predictions)}`));
+  node.append(thumb, caption);
   node.addEventListener("click", () => { location.hash = `#/sample/${item.index}`; });
   node.addEventListener("keydown", (e) => { if (e.key === "Enter") location.hash = `#/sample/${item.index}`; });
   return node;
@@ -380,7 +392,7 @@ async function main() {
     state.split = info.splits.includes("train") ? "train" : info.splits[0];
     $("split").value = state.split;
   }
-  info.classes.forEach((name, id) => $("f-classes").appendChild(el("option", { value: id, style: `color:${color(id)}` }, name)));
+  info.classes.forEach((name, id) => $("f-classes").appendChild(el("option", { value: id, style: `border-left: .8em solid ${color(id)}; padding-left: .3em` }, name)));
   $("f-classes").size = Math.min(6, Math.max(2, info.classes.length));
   for (const s of info.sorts) $("f-sort").appendChild(el("option", { value: s }, s === "worst" ? "worst (FP + FN)" : s.replace("-", " ")));
   if (info.predictions) {
