@@ -32,6 +32,8 @@ PAGE_LIMIT = 200  # samples per query answer at most
 #: past it, it asks /api/neighbour)
 MAX_INDICES = 100_000
 HEATMAP_BINS = 32
+#: the Host header names a server bound to loopback answers to (any port)
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "[::1]"})
 _STATIC = {"/": ("index.html", "text/html; charset=utf-8"),
            "/static/app.js": ("app.js", "text/javascript; charset=utf-8"),
            "/static/app.css": ("app.css", "text/css; charset=utf-8")}
@@ -314,6 +316,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     server_version = "detfmt-view"
     viewer: Viewer
     static: dict[str, tuple[bytes, str]]
+    allowed_hosts: frozenset[str] | None = None
     quiet = True
 
     def log_message(self, format: str, *args: Any) -> None:
@@ -345,10 +348,21 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def do_HEAD(self) -> None:
         self.do_GET()
 
+    def _host_allowed(self) -> bool:
+        """On loopback, only requests addressed to a loopback name: a web page whose domain
+        is rebound to 127.0.0.1 (DNS rebinding) cannot read the dataset through the browser."""
+        if self.allowed_hosts is None:
+            return True
+        host = (self.headers.get("Host") or "").strip().lower()
+        name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+        return name in self.allowed_hosts
+
     def do_GET(self) -> None:
         url = urlsplit(self.path)
         params = parse_qs(url.query, keep_blank_values=True)
         try:
+            if not self._host_allowed():
+                raise _HttpError(403, "this viewer answers requests to localhost only")
             if url.path in self.static:
                 body, content_type = self.static[url.path]
                 self._send(200, body, content_type)
@@ -407,7 +421,10 @@ def make_server(viewer: Viewer, host: str = "127.0.0.1", port: int = 0
                 ) -> http.server.ThreadingHTTPServer:
     """A server for ``viewer`` bound to ``host:port`` (port 0: a free one); call
     ``serve_forever`` on it (``server.server_address`` tells the port)."""
-    handler = type("Handler", (_Handler,), {"viewer": viewer, "static": _static_files()})
+    loopback = host in ("localhost", "::1") or host.startswith("127.")
+    allowed = LOOPBACK_NAMES | {host.lower()} if loopback else None
+    handler = type("Handler", (_Handler,), {"viewer": viewer, "static": _static_files(),
+                                             "allowed_hosts": allowed})
     server = http.server.ThreadingHTTPServer((host, port), handler)
     server.daemon_threads = True
     return server

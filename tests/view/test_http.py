@@ -229,3 +229,20 @@ def test_cli_serves_until_ctrl_c(boxes_dataset):
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0 and err.strip() == "detfmt view: stopped"
+
+
+def test_only_loopback_names_on_loopback(boxes_dataset):
+    """DNS rebinding: a page of evil.example rebound to 127.0.0.1 gets nothing."""
+    with serving(boxes_dataset) as url:
+        port = int(url.rsplit(":", 1)[1])
+        for host, status in [("evil.example", 403), (f"evil.example:{port}", 403),
+                             (f"localhost:{port}", 200), (f"127.0.0.1:{port}", 200),
+                             ("localhost", 200)]:
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            connection.putrequest("GET", "/api/info", skip_host=True)
+            connection.putheader("Host", host)
+            connection.endheaders()
+            response = connection.getresponse()
+            response.read()
+            connection.close()
+            assert response.status == status, host
