@@ -65,11 +65,12 @@ class Viewer:
                  predictions: str | os.PathLike[str] | None = None, iou: float = 0.5,
                  min_score: float = 0.5) -> None:
         from detfmt.api import is_sharded_root, read_split_index
+        from detfmt.storage import is_remote
 
         self.location = os.fspath(path)
-        index = None
-        if not is_sharded_root(self.location) and not os.path.lexists(
-                os.path.join(self.location, spec.HEADER_FILE)):
+        index = None  # a split root holds splits.json (a URL may be one too)
+        if is_remote(self.location) or not (is_sharded_root(self.location) or os.path.lexists(
+                os.path.join(self.location, spec.HEADER_FILE))):
             index = read_split_index(self.location)
         #: split name -> None until opened; "" is the dataset itself when it has no splits
         self.split_names: list[str] = sorted(index) if index else [""]

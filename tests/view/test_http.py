@@ -246,3 +246,25 @@ def test_only_loopback_names_on_loopback(boxes_dataset):
             response.read()
             connection.close()
             assert response.status == status, host
+
+
+def test_remote_split_root(tmp_path, monkeypatch):
+    """A split root over HTTP: its splits.json names sharded roots."""
+    pytest.importorskip("fsspec")
+    pytest.importorskip("aiohttp")
+    from tests.datasets import make_sharded_root, varied_shapes
+    from tests.scaleout.scaleout_servers import http_range_server
+
+    monkeypatch.setenv("DETFMT_CACHE_DIR", str(tmp_path / "cache"))
+    root = tmp_path / "root"
+    make_sharded_root(root / "train-part", varied_shapes(12)).close()
+    make_sharded_root(root / "val", varied_shapes(5, seed=1)).close()
+    (root / "splits.json").write_text(json.dumps({
+        "format": "detfmt-splits/1",
+        "splits": {"train": {"path": "train-part"}, "val": {"path": "val"}}}))
+    with http_range_server(str(tmp_path)) as base, serving(f"{base}/root") as url:
+        info = json.loads(_get(url, "/api/info")[2])
+        assert info["splits"] == ["train", "val"]
+        for split, n in (("train", 12), ("val", 5)):
+            status, _, body = _get(url, f"/api/query?split={split}")
+            assert status == 200 and json.loads(body)["total"] == n
