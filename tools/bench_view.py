@@ -12,8 +12,8 @@ Two measurements, each side by side with its baseline in the same run (docs/view
    against `detfmt.workflows.select.select_indices` (the selection of ``detfmt filter``) on the
    same query, results checked equal.
 
-    python tools/bench_view.py --work /tmp/bench_view            # 1M samples
-    python tools/bench_view.py --work /tmp/bench_view --samples 100000
+    python tools/bench_view.py --work ../bench_view            # 1M samples
+    python tools/bench_view.py --work ../bench_view --samples 100000
 """
 
 from __future__ import annotations
