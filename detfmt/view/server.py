@@ -241,18 +241,18 @@ class Viewer:
         with self._lock:
             if split in self._stats:
                 return self._stats[split]
-        from detfmt.cli import dataset_info
         from detfmt.convert.card import card_lines, read_card
         from detfmt.workflows.stats import BoxTable, compute_stats
 
         ds = self.dataset(split)
         table = BoxTable.read(ds)
         data = compute_stats(ds, table)
-        info = dataset_info(ds)
+        files = ds.disk_usage()
         card = read_card(ds.metadata)
         data.update(
-            location=ds.location, version=ds.format_version, codecs=info["codecs"],
-            bytes=info["bytes"], card_lines=[line.strip() for line in card_lines(ds.metadata)],
+            location=ds.location, version=ds.format_version, codecs=ds.codec_counts(),
+            bytes={"total": sum(files.values()), "files": files},
+            card_lines=[line.strip() for line in card_lines(ds.metadata)],
             lineage=card.get("lineage", []), metadata=dict(ds.metadata),
             heatmaps=_heatmaps(table))
         with self._lock:
