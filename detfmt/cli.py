@@ -28,7 +28,7 @@ from detfmt.reading.protocol import DatasetLike
 
 #: Modules that add subcommands with a ``register(subparsers)`` function (imported lazily, and
 #: skipped when their optional dependencies are missing).
-PLUGINS = ("detfmt.convert.cli", "detfmt.shard.cli", "detfmt.workflows.cli")
+PLUGINS = ("detfmt.convert.cli", "detfmt.shard.cli", "detfmt.workflows.cli", "detfmt.view.cli")
 
 
 def _human(size: float) -> str:

@@ -36,8 +36,8 @@ __all__ = [
     "manifest_identity",
 ]
 
-MANIFEST_NAME = "manifest.json"
-FORMAT_VERSION = "1.1"
+MANIFEST_NAME = spec.MANIFEST_FILE
+FORMAT_VERSION = spec.FORMAT_VERSION_SHARDED
 SUPPORTED_FEATURES = frozenset({spec.SHARDED_FEATURE, spec.RAGGED_FEATURE})
 MAX_MANIFEST_BYTES = 64 << 20
 _HEX16 = re.compile(r"[0-9a-f]{16}\Z")

@@ -40,6 +40,7 @@ MAX_METADATA_ITEMS = 1024
 MAX_METADATA_BYTES = 64 * 1024
 
 # Sharded roots (SPEC §19).
+FORMAT_VERSION_SHARDED = "1.1"  # the version a sharded root without ragged labels declares
 SHARDED_FEATURE = "sharded"
 MANIFEST_FILE = "manifest.json"
 MAX_MANIFEST_BYTES = 64 << 20

@@ -16,9 +16,10 @@ from PIL import Image, ImageDraw, ImageFont
 
 from detfmt.errors import UsageError
 
-__all__ = ["default_indices", "render_grid", "render_sample"]
+__all__ = ["PALETTE", "default_indices", "render_grid", "render_sample"]
 
-_PALETTE = [(230, 25, 75), (60, 180, 75), (255, 225, 25), (0, 130, 200), (245, 130, 48),
+#: The class colours (RGB) of every detfmt picture: class k is drawn in PALETTE[k % len].
+PALETTE = [(230, 25, 75), (60, 180, 75), (255, 225, 25), (0, 130, 200), (245, 130, 48),
             (145, 30, 180), (70, 240, 240), (240, 50, 230), (210, 245, 60), (250, 190, 212),
             (0, 128, 128), (220, 190, 255), (170, 110, 40), (255, 250, 200), (128, 0, 0),
             (170, 255, 195), (128, 128, 0), (255, 215, 180), (0, 0, 128), (255, 255, 255)]
@@ -42,7 +43,7 @@ def render_sample(sample: Any, class_names: Sequence[str], cell: int = 320) -> I
     font = ImageFont.load_default()
     crowd = np.asarray(sample.fields.get("iscrowd", np.zeros(len(sample.boxes))), bool)
     for k, (box, cls) in enumerate(zip(sample.boxes, sample.classes, strict=True)):
-        color = _PALETTE[int(cls) % len(_PALETTE)]
+        color = PALETTE[int(cls) % len(PALETTE)]
         x0, y0, x1, y1 = (float(v) * scale for v in box)
         draw.rectangle([x0, y0, max(x0, x1 - 1), max(y0, y1 - 1)], outline=color,
                        width=1 if crowd[k] else 2)
