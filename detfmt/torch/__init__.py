@@ -7,7 +7,14 @@
 """
 
 from detfmt.torch.batch import Batch
-from detfmt.torch.dataset import DetectionDataset, RingDataLoader, collate
+from detfmt.torch.dataset import DetectionDataset, collate
 from detfmt.torch.loader import Loader
+from detfmt.torch.ring_loader import RingDataLoader
 
-__all__ = ["Batch", "DetectionDataset", "Loader", "RingDataLoader", "collate"]
+__all__ = [
+    "Batch",
+    "DetectionDataset",
+    "Loader",
+    "RingDataLoader",
+    "collate",
+]
