@@ -28,9 +28,10 @@ or through numpy/OpenCV views, may have touched it). The loader's threads use
 ``transform_threads`` torch threads and OpenCV-backend pool threads each, whatever the trainer's
 own ``torch.set_num_threads``. A transform that carries samples across batches (Mosaic's
 buffer) is refilled on resume from the batches before the resume point (`_history`). A CPU
-transform that reads pixels only through per-sample arrays (``takes_sample_views``: `Mosaic`,
-or a `Compose` that starts with one) gets raw memory-mapped samples where they are stored
-(`Batch.samples`, no gather copy and no buffer); the outputs are the same.
+transform that reads pixels only through per-sample arrays (one that declares
+``accepts_stored_samples``, `detfmt.augment.Augmentation`: `Mosaic`, or a `Compose` that starts
+with one) gets raw memory-mapped samples where they are stored (`Batch.samples`, no gather copy
+and no buffer); the outputs are the same.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ from detfmt.torch._history import (
 )
 from detfmt.torch._ring import BufferRing, Slot
 from detfmt.torch._stage import TransformStage, augment_seed, find_generators
-from detfmt.torch.batch import Batch
+from detfmt.torch.batch import Batch, accepts_stored_samples
 from detfmt.torch.settings import Delivery, Sampling, from_legacy
 from detfmt.torch.threads import configure_thread, stable_batches
 
@@ -149,7 +150,9 @@ class Loader:
             epoch order; its generators are re-seeded per batch (``Delivery.transform_reseed``).
             One with history (``Mosaic(buffer_size=...)``) is refilled from the preceding
             batches when a pass starts where it did not leave off (a resume), so resumed batches
-            equal the uninterrupted run's (`detfmt.torch._history`).
+            equal the uninterrupted run's (`detfmt.torch._history`). One that declares
+            ``accepts_stored_samples`` (`detfmt.augment.Augmentation`) may get the stored
+            samples instead of a gathered batch (`Batch.samples`).
         convert: ``Batch -> anything`` run after ``transform`` in the same place (a framework's
             batch format); the loader then yields what it returns.
         open_options: passed to ``detfmt.open`` when ``ds_or_path`` is a path or URL
@@ -268,6 +271,7 @@ class Loader:
         """Takes effect at the next ``iter()`` (e.g. a pipeline rebuilt after close_mosaic)."""
         if transform is not None and not callable(transform):
             raise UsageError(f"transform must be callable, got {type(transform).__name__}")
+        accepts_stored_samples(transform, warn=True)  # a transform that declares the former name
         self._transform = transform
         self._generators = find_generators(transform) if transform is not None else []
 
@@ -494,8 +498,7 @@ class Loader:
         since the batch was made: it then gets real images)."""
         if self._transform is None:
             return batch.materialized()
-        if batch.samples is not None and getattr(
-                self._transform, "takes_sample_views", False) is not True:
+        if batch.samples is not None and not accepts_stored_samples(self._transform):
             batch = batch.materialized()
         with stable_batches():
             return self._transform(batch)
@@ -562,12 +565,12 @@ class Loader:
 
     def _hands_samples(self) -> bool:
         """Whether the transform may get the stored samples instead of a gathered batch
-        (`Batch.samples`): it takes them (``takes_sample_views``), runs on the CPU in the
+        (`Batch.samples`): it declares ``accepts_stored_samples``, runs on the CPU in the
         loader, and the loader reads memory-mapped data into CHW batches of their own size.
         Raw samples are then read where they are mapped, never copied into a buffer first
         (a job with other codecs is gathered as usual)."""
         return (
-            getattr(self._transform, "takes_sample_views", False) is True
+            accepts_stored_samples(self._transform)
             and self.device is None
             and self._gpu is None
             and self.io == "mmap"

@@ -22,14 +22,14 @@ def _outputs(ds, make_transform, *, samples: bool, pad_value: int = 0,
     """Every batch through the loader, the transform declaring ``samples`` or not (and the
     batches it was given)."""
     transform = make_transform()
-    assert transform.takes_sample_views  # what the wrapper below declares instead
+    assert transform.accepts_stored_samples  # what the wrapper below declares instead
     given: list[Batch] = []
 
     def run(batch: Batch) -> Batch:
         given.append(batch)
         return transform(batch)
 
-    run.takes_sample_views = samples  # type: ignore[attr-defined]
+    run.accepts_stored_samples = samples  # type: ignore[attr-defined]
     loader = Loader(
         ds,
         4,
