@@ -22,7 +22,7 @@ import detfmt
 from detfmt.storage import file_digest
 
 torch = pytest.importorskip("torch")
-from detfmt.torch import DetectionDataset, Loader, RingDataLoader  # noqa: E402
+from detfmt.torch import Delivery, DetectionDataset, Loader, RingDataLoader  # noqa: E402
 from tests.datasets import make_dataset, make_sharded_root, part_of  # noqa: E402
 
 N = 24
@@ -97,7 +97,7 @@ def dataset(kind: str, corruption: str, tmp: Path) -> Iterator[Callable[[], obje
 
 
 def _loader(ds, **kwargs) -> None:
-    for _ in Loader(ds, 5, shuffle=False, num_threads=2, **kwargs):
+    for _ in Loader(ds, 5, shuffle=False, delivery=Delivery(num_threads=2, **kwargs)):
         pass
 
 

@@ -254,7 +254,7 @@ def _loader_case(path: str, seconds: float = 2.0) -> dict:
     from concurrent.futures import ThreadPoolExecutor
 
     import detfmt
-    from detfmt.torch import Loader
+    from detfmt.torch import Delivery, Loader
 
     ds = detfmt.open(path)
     blob = np.memmap(Path(path) / "images.bin", np.uint8, mode="r")
@@ -265,7 +265,13 @@ def _loader_case(path: str, seconds: float = 2.0) -> dict:
 
     # one Loader per thread count, kept across rounds: its buffers are allocated (and their
     # pages first touched) in the warm-up, not in every timed window
-    loaders = {threads: Loader(ds, 32, shuffle=True, seed=0, num_threads=threads)
+    loaders = {threads: Loader(
+        ds,
+        32,
+        shuffle=True,
+        seed=0,
+        delivery=Delivery(num_threads=threads),
+    )
                for threads in (1, 2)}
 
     def loader_rate(threads: int) -> float:

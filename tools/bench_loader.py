@@ -313,7 +313,7 @@ def bench_detfmt_loader(ds, label: str, args, stored: str, **kwargs) -> dict | N
     threads = kwargs.get("num_threads", 1)
 
     def gen() -> Iterator[int]:
-        loader = dt.Loader(ds, BATCH, seed=0, drop_last=True, **kwargs)
+        loader = dt.Loader(ds, BATCH, seed=0, drop_last=True, delivery=dt.Delivery(**kwargs))
         try:
             while True:
                 for batch in loader:
@@ -755,8 +755,9 @@ def bench_cold(raw, args) -> str:
         finally:
             os.close(fd)
 
-    def loader(epoch: int, **kwargs) -> Iterator[int]:
-        it = dt.Loader(raw, BATCH, seed=0, drop_last=True, **kwargs)
+    def loader(epoch: int, order: str = "random", **kwargs) -> Iterator[int]:
+        it = dt.Loader(raw, BATCH, seed=0, drop_last=True, sampling=dt.Sampling(order=order),
+                       delivery=dt.Delivery(**kwargs))
         it.set_epoch(epoch)
         for batch in it:
             yield len(batch)

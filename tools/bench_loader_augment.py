@@ -37,7 +37,7 @@ from benchpaths import SHARED_DATA, shown
 
 import detfmt
 from detfmt.augment.presets import yolo_train
-from detfmt.torch import Loader
+from detfmt.torch import Delivery, Loader
 
 
 def prepare(source: Path, work: Path, imgsz: int) -> Path:
@@ -83,10 +83,15 @@ def run(side: str, step_kind: str, trainer_threads: int, args: argparse.Namespac
         net: SmallNet) -> dict[str, float]:
     augment = pipeline(args.imgsz, len(ds), args.batch)
     if side == "loader":
-        loader = Loader(ds, args.batch, seed=0, num_threads=args.threads,
-                        transform=augment, transform_threads=args.threads)
+        loader = Loader(
+            ds,
+            args.batch,
+            seed=0,
+            delivery=Delivery(num_threads=args.threads, transform_threads=args.threads),
+            transform=augment,
+        )
     else:
-        loader = Loader(ds, args.batch, seed=0, num_threads=args.threads)
+        loader = Loader(ds, args.batch, seed=0, delivery=Delivery(num_threads=args.threads))
     torch.set_num_threads(trainer_threads)  # the trainer's own choice (this thread only)
     it = endless(loader)
     waits: list[float] = []

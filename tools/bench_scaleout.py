@@ -291,13 +291,13 @@ def bench_loader(
     data: list[dict], codec: str, shard_bytes: int, tmp: str, batch: int, threads: int,
     rounds: int,
 ) -> dict:
-    from detfmt.torch import Loader
+    from detfmt.torch import Delivery, Loader
 
     root = os.path.join(tmp, "sharded")
     flat_root = os.path.join(tmp, "flat")
     write_both(data, root, flat_root, codec, shard_bytes, "2" * 32)
-    sharded = Loader(root, batch, seed=0, num_threads=threads, drop_last=True)
-    flat = Loader(flat_root, batch, seed=0, num_threads=threads, drop_last=True)
+    sharded = Loader(root, batch, seed=0, drop_last=True, delivery=Delivery(num_threads=threads))
+    flat = Loader(flat_root, batch, seed=0, drop_last=True, delivery=Delivery(num_threads=threads))
     batches = sharded.rank_batches()
     flat.rank_batches = lambda epoch=None: batches  # the very same batches, in the same order
     assert [b.tolist() for b in flat.rank_batches()] == [b.tolist() for b in batches]

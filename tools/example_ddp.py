@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import detfmt
     from detfmt import augment
-    from detfmt.torch import Loader
+    from detfmt.torch import Delivery, Loader
 
     cuda = torch.cuda.is_available()
     dist.init_process_group("nccl" if cuda else "gloo")
@@ -56,8 +56,14 @@ def main(argv: list[str] | None = None) -> int:
 
     options = {"cache_dir": args.cache_dir} if args.cache_dir else {}
     ds = detfmt.open(args.root, **options)
-    loader = Loader(ds, batch_size=args.batch_size, shuffle=True, seed=args.seed,
-                    drop_last=True, num_threads=args.threads, device=device)
+    loader = Loader(
+        ds,
+        batch_size=args.batch_size,
+        shuffle=True,
+        seed=args.seed,
+        drop_last=True,
+        delivery=Delivery(num_threads=args.threads, device=device),
+    )
     if args.resume:
         with open(args.state) as f:
             loader.load_state_dict(json.load(f))

@@ -19,12 +19,12 @@ from typing import Any
 import torch
 
 from detfmt.augment import presets
-from detfmt.torch import Loader
+from detfmt.torch import Delivery, Loader
 from detfmt.torch.threads import configure_thread
 
 
 def gather(path: str, batch: int, count: int) -> list[Any]:
-    loader = Loader(path, batch, shuffle=True, seed=0, num_threads=1)
+    loader = Loader(path, batch, shuffle=True, seed=0, delivery=Delivery(num_threads=1))
     out = []
     for b in loader:
         out.append(b.replace(images=b.images.clone(memory_format=torch.channels_last)))

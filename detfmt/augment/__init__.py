@@ -8,10 +8,15 @@ Coordinates: continuous pixel xyxy, pixel i spans [i, i + 1) (x2 exclusive); a m
 source points to output points and the image warp samples output pixel centres (u + 0.5,
 v + 0.5) through its inverse, so boxes and pixels move together. Padding slots hold boxes 0,
 class -1, mask False, and no module turns a slot from False to True. See docs/augment.md.
+
+A module of your own subclasses `Augmentation` (``sample`` then ``apply``) and may declare the
+fusion capabilities on it (stored samples from the loader, a canvas deferred to the next warp,
+a colour step applied inside the warp); `detfmt.augment.tiles` holds what a deferred canvas is.
 """
 
 from detfmt.augment import presets
 from detfmt.augment._backend import get_cpu_backend, set_cpu_backend
+from detfmt.augment._base import Augmentation
 from detfmt.augment._kernels import use_compiled_kernels
 from detfmt.augment.color import ColorJitter, Normalize, RandomHSV, ToFloat
 from detfmt.augment.compose import Compose, to_memory_format
@@ -41,6 +46,7 @@ from detfmt.augment.targets import compact, normalized_cxcywh, to_detr, to_ultra
 __all__ = [
     "AlbumentationsFilter",
     "AllOf",
+    "Augmentation",
     "BoxChange",
     "BoxRule",
     "CenterInImage",

@@ -1,8 +1,10 @@
-"""The module protocol: draw parameters, then apply them; parameters can be replayed."""
+"""The module protocol: draw parameters, then apply them; parameters can be replayed; and the
+capabilities a module may declare so `Compose` and the `Loader` fuse it with its neighbours."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -10,6 +12,9 @@ from torch import nn
 from detfmt.augment._random import new_generator
 from detfmt.errors import UsageError
 from detfmt.torch.batch import Batch
+
+if TYPE_CHECKING:
+    from detfmt.augment.tiles import TiledSource
 
 Params = dict[str, Any]
 
@@ -20,6 +25,18 @@ class Augmentation(nn.Module):
     ``forward(batch, params=None)`` draws parameters with ``sample`` (from the module's own
     generator) unless ``params`` is given, applies them with ``apply`` and keeps them in
     ``last_params``, so passing ``last_params`` back replays the batch exactly.
+
+    Fusion capabilities (all off by default; a module declares one by overriding it, and must
+    then give the same outputs on the fused path as through ``apply``, see docs/augment.md):
+
+    - ``accepts_stored_samples``: a `Loader` may hand the module the stored samples instead of
+      a gathered batch (`Batch.samples`; a `Compose` takes them when its first step does).
+    - ``can_defer`` / ``apply_deferred``: the module (a mix such as `Mosaic`) describes its
+      output canvas as tiles (`detfmt.augment.tiles.TiledSource`) instead of building it, and
+      the geometric warp that follows in a `Compose` reads the tiles directly.
+    - ``recolours_in_warp`` / ``hsv_gains``: the module (a colour step such as `RandomHSV`) is a
+      per-sample HSV gain, which the geometric warp before it in a `Compose` applies to each
+      sample as it writes it (OpenCV backend).
     """
 
     def __init__(self, generator: torch.Generator | None = None) -> None:
@@ -40,6 +57,49 @@ class Augmentation(nn.Module):
 
     def reset_history(self) -> None:
         """Forget what earlier batches left behind (nothing, unless ``history`` > 0)."""
+
+    # -- fusion capabilities -------------------------------------------------------------------
+
+    @property
+    def accepts_stored_samples(self) -> bool:
+        """Whether a `Loader` may hand this module the stored samples instead of a gathered
+        batch: ``batch.samples`` (read-only HWC arrays of the valid regions, as stored) with
+        ``images`` a placeholder of the batch's shape that holds only the pad value. Declare it
+        only if every path of the module reads pixels through ``batch.samples`` when set, or
+        calls ``batch.materialized()`` first. The loader hands samples only to a CPU transform
+        of memory-mapped CHW batches without a canvas; otherwise the batch is gathered."""
+        return False
+
+    def can_defer(self, batch: Batch) -> bool:
+        """Whether `apply_deferred` can describe this batch's output canvas instead of building
+        it (asked by `Compose` when a geometric warp follows on the OpenCV backend)."""
+        return False
+
+    def apply_deferred(
+        self, batch: Batch, params: Params
+    ) -> tuple[Batch, TiledSource, Callable[[], None]]:
+        """`apply` without the canvas, for the warp that follows (where ``can_defer``).
+
+        Returns the batch (labels and sizes as `apply` gives them; ``images`` a placeholder of
+        the canvas shape that is never read), the canvas as a `TiledSource` (HWC uint8 tiles),
+        and ``finish``, which `Compose` calls once the warp has read the tiles.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not defer its canvas")
+
+    @property
+    def recolours_in_warp(self) -> bool:
+        """Whether this module is a per-sample HSV gain (`hsv_gains`), which the geometric warp
+        before it in a `Compose` may apply to each sample as it writes it, instead of a pass
+        of its own over the warped batch."""
+        return False
+
+    def hsv_gains(self, params: Params) -> torch.Tensor:
+        """(B, 3) float64 gains r_h, r_s, r_v this module applies with ``params``, as Ultralytics'
+        HSV LUTs (`detfmt.augment.color.apply_hsv_gains`: hue shifted by r_h * 180 modulo 180,
+        saturation and value scaled by 1 + r); asked where ``recolours_in_warp``."""
+        raise NotImplementedError(f"{type(self).__name__} is not an HSV gain")
+
+    # -- the protocol ----------------------------------------------------------------------------
 
     def sample(self, batch: Batch) -> Params:
         """Draw this call's parameters (tensors with a leading batch dimension where per-sample)."""

@@ -25,7 +25,7 @@ from detfmt.errors import UsageError
 from detfmt.torch.batch import Batch
 
 if TYPE_CHECKING:
-    from detfmt.augment._opencv import TiledSource
+    from detfmt.augment.tiles import TiledSource
 
 INTERPOLATIONS = ("bilinear", "nearest")
 
@@ -350,10 +350,11 @@ def apply_geometric(
     and are kept where they were valid, pass `keeps_moved_box` (the rule for boxes a module
     moves) and every step's box filter; per-box extras stay with their slots.
     ``source`` (OpenCV backend only): the images to read, as a `TiledSource` (a deferred
-    `Mosaic` canvas); ``batch.images`` then only gives the shape. ``recolor``: a `RandomHSV`
-    that follows the warp, with its parameters or None to draw them (after the geometric
-    steps', as when it runs on its own); on the OpenCV backend it recolours each sample as it
-    is warped (no intermediate batch), elsewhere it is applied to the warped batch.
+    `Mosaic` canvas); ``batch.images`` then only gives the shape. ``recolor``: a module that
+    follows the warp and ``recolours_in_warp`` (`RandomHSV`), with its parameters or None to
+    draw them (after the geometric steps', as when it runs on its own); on the OpenCV backend
+    it recolours each sample as it is warped by its ``hsv_gains`` (no intermediate batch),
+    elsewhere its ``apply`` runs on the warped batch.
     ``memory_format``: the layout of the images returned (None: the warp's own; the OpenCV
     backend writes either layout directly).
     """
@@ -444,7 +445,7 @@ def _apply_geometric(
         options["source"] = source
         options["planar"] = memory_format == torch.contiguous_format
         if hsv_params is not None and batch.images.shape[1] == 3:
-            options["hsv"] = hsv_params["gains"]
+            options["hsv"] = recolor[0].hsv_gains(hsv_params)
     images = warp(
         batch.images,
         total.matrix,

@@ -153,6 +153,16 @@ class RandomHSV(Augmentation):
         u = rnd.uniform(self.generator, (len(batch), 3), -1.0, 1.0, device, torch.float64)
         return {"gains": u * torch.tensor(self.gains, dtype=torch.float64, device=device)}
 
+    @property
+    def recolours_in_warp(self) -> bool:
+        """A per-sample HSV gain: the warp before it in a `Compose` recolours as it writes (not
+        a subclass that changes what ``apply`` or ``hsv_gains`` does)."""
+        kind = type(self)
+        return kind.apply is RandomHSV.apply and kind.hsv_gains is RandomHSV.hsv_gains
+
+    def hsv_gains(self, params: Params) -> torch.Tensor:
+        return params["gains"]
+
     def apply(self, batch: Batch, params: Params) -> Batch:
         image_hw(batch.images)
         if batch.images.shape[1] == 1:

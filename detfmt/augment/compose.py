@@ -11,13 +11,11 @@ from torch import nn
 from detfmt.augment import _backend
 from detfmt.augment._base import Augmentation, Params
 from detfmt.augment._geometry import GeometricTransform, apply_geometric
-from detfmt.augment.color import RandomHSV
-from detfmt.augment.mosaic import Mosaic
 from detfmt.errors import UsageError
-from detfmt.torch.batch import Batch
+from detfmt.torch.batch import Batch, accepts_stored_samples
 
 if TYPE_CHECKING:
-    from detfmt.augment._opencv import TiledSource
+    from detfmt.augment.tiles import TiledSource
 
 
 class Compose(Augmentation):
@@ -57,12 +55,11 @@ class Compose(Augmentation):
                     t.generator = generator
 
     @property
-    def takes_sample_views(self) -> bool:
+    def accepts_stored_samples(self) -> bool:
         """Whether a `Loader` may hand this pipeline the stored samples instead of a gathered
-        batch (`Batch.samples`): its first step takes them (`Mosaic`), and no later step sees
+        batch (`Batch.samples`): its first step accepts them (`Mosaic`), and no later step sees
         them (that step's output has new images)."""
-        return bool(self.transforms) and bool(
-            getattr(self.transforms[0], "takes_sample_views", False))
+        return bool(self.transforms) and accepts_stored_samples(self.transforms[0])
 
     def _groups(self) -> list[list[int]]:
         groups: list[list[int]] = []
@@ -93,7 +90,7 @@ class Compose(Augmentation):
         used: list[Params] = [{} for _ in self.transforms]
         groups = self._groups()
         deferred: tuple[TiledSource, Callable[[], None]] | None = None
-        recolored = -1  # index of a RandomHSV already applied inside the warp before it
+        recolored = -1  # index of a recolouring step already applied inside the warp before it
 
         def given(i: int) -> Params | None:
             return params[i] if params is not None else None
@@ -105,7 +102,7 @@ class Compose(Augmentation):
                 continue
             following = groups[k + 1] if k + 1 < len(groups) else None
             if (
-                isinstance(first, Mosaic)
+                isinstance(first, Augmentation)
                 and following is not None
                 and self._warps_once(following)
                 and first.can_defer(batch)
@@ -125,7 +122,7 @@ class Compose(Augmentation):
             if (
                 self._warps_once(group)
                 and after < len(self.transforms)
-                and type(self.transforms[after]) is RandomHSV
+                and _recolours_in_warp(self.transforms[after])
                 and batch.images.shape[1] == 3
                 and (deferred is not None or _backend.use_opencv(batch.images))
             ):
@@ -162,6 +159,10 @@ class Compose(Augmentation):
         if self.memory_format is not None:
             batch = batch.replace(images=to_memory_format(batch.images, self.memory_format))
         return batch
+
+
+def _recolours_in_warp(module: nn.Module) -> bool:
+    return isinstance(module, Augmentation) and module.recolours_in_warp is True
 
 
 def to_memory_format(images: torch.Tensor, memory_format: torch.memory_format) -> torch.Tensor:

@@ -36,7 +36,7 @@ from detfmt.torch.threads import batches_are_stable
 if TYPE_CHECKING:
     import numpy as np
 
-    from detfmt.augment._opencv import Tile, TiledSource
+    from detfmt.augment.tiles import Tile, TiledSource
 
 _CANVAS_CHUNK = 4
 _UNSCALED = ((1.0, 1.0),) * 4  # (sx, sy) of each tile without ``resize``
@@ -512,7 +512,7 @@ class Mosaic(Augmentation):
         )
 
     @property
-    def takes_sample_views(self) -> bool:
+    def accepts_stored_samples(self) -> bool:
         """A `Loader` may hand this module the stored samples instead of a gathered batch
         (`Batch.samples`): every path either reads tiles from them or materialises them."""
         return True
@@ -552,7 +552,8 @@ class Mosaic(Augmentation):
         return out.replace(images=canvas)
 
     def can_defer(self, batch: Batch) -> bool:
-        """Whether `apply_deferred` can describe the canvas instead of building it."""
+        """Whether `apply_deferred` can describe the canvas instead of building it: eager CPU
+        batches on the OpenCV backend (whose tile warp reads the tiles)."""
         return (
             self._by_slices(batch)
             and batch.images.dim() == 4
@@ -568,9 +569,9 @@ class Mosaic(Augmentation):
         Returns the batch (boxes as `apply`; ``images`` a zero-stride placeholder of the canvas
         shape that must not be read), the canvas as a `TiledSource` for `warp_images_opencv`,
         and ``finish``, to call once the warp has read the tiles (it pushes the batch into the
-        ring buffer, whose slots the tiles may point into).
+        ring buffer, whose slots the tiles may point into). See `Augmentation.apply_deferred`.
         """
-        from detfmt.augment._opencv import TiledSource
+        from detfmt.augment.tiles import TiledSource
 
         height, width = self._tile_hw(batch.images)
         out, placement = self._layout(batch, params, with_images=False)
@@ -723,7 +724,7 @@ class Mosaic(Augmentation):
         ``array[y0 - top : y1 - top, x0 - left : x1 - left]``. ``samples`` (`Batch.samples`):
         the batch's tiles come from them instead of ``images``.
         """
-        from detfmt.augment._opencv import Tile
+        from detfmt.augment.tiles import Tile
 
         bsz = int(images.shape[0])
         height, width = self._tile_hw(images)

@@ -1,4 +1,5 @@
-"""Draw a batch with its boxes to a PNG grid, to look at what augmentation did."""
+"""Draw a batch with its boxes to a PNG grid, to look at what augmentation did (boxes drawn as
+`detfmt show` draws them: `detfmt.render`)."""
 
 from __future__ import annotations
 
@@ -12,20 +13,8 @@ from PIL import Image, ImageDraw
 
 from detfmt.augment._base import image_hw
 from detfmt.errors import UsageError
+from detfmt.render import draw_boxes
 from detfmt.torch.batch import Batch
-
-_PALETTE = [
-    (255, 56, 56),
-    (72, 249, 10),
-    (0, 194, 255),
-    (255, 157, 151),
-    (146, 204, 23),
-    (255, 178, 29),
-    (52, 69, 147),
-    (207, 210, 49),
-    (132, 56, 255),
-    (255, 55, 199),
-]
 
 
 def _to_uint8_hwc(images: torch.Tensor) -> np.ndarray:
@@ -44,7 +33,8 @@ def render_batch(
 ) -> Image.Image:
     """Tile the batch into one image, draw valid boxes with class labels, save it as PNG.
 
-    Box [x1, x2) covers pixels x1 .. x2 - 1, so outlines sit on the box's own pixels. Float
+    Box [x1, x2) covers pixels x1 .. x2 - 1, so outlines sit on the box's own pixels
+    (`detfmt.render.draw_boxes`). Float
     images are taken as [0, 1] (call before `Normalize`). Returns the PIL image; ``path=None``
     only returns it.
     """
@@ -63,17 +53,8 @@ def render_batch(
     for i in range(n):
         ox, oy = (i % columns) * width, (i // columns) * height
         sheet.paste(Image.fromarray(pixels[i]), (ox, oy))
-        for j in np.flatnonzero(mask[i]):
-            x1, y1, x2, y2 = boxes[i, j]
-            cls = int(classes[i, j])
-            color = _PALETTE[cls % len(_PALETTE)]
-            draw.rectangle([ox + x1, oy + y1, ox + x2 - 1, oy + y2 - 1], outline=color, width=1)
-            name = (
-                class_names[cls]
-                if class_names is not None and 0 <= cls < len(class_names)
-                else str(cls)
-            )
-            draw.text((ox + x1 + 1, oy + y1 + 1), name, fill=color)
+        valid = mask[i]
+        draw_boxes(draw, boxes[i][valid], classes[i][valid], class_names, origin=(ox, oy))
     if path is not None:
         sheet.save(os.fspath(path), format="PNG")
     return sheet

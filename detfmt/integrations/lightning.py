@@ -11,7 +11,9 @@ a checkpoint resumes the data order exactly.
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +24,7 @@ except ImportError as error:  # pragma: no cover - exercised only without lightn
         "detfmt.integrations.lightning needs Lightning: pip install 'detfmt[lightning]'"
     ) from error
 
+from detfmt.errors import UsageError
 from detfmt.integrations.pipeline import AugmentedBatches
 from detfmt.torch.batch import Batch
 
@@ -38,7 +41,8 @@ class DetfmtDataModule(L.LightningDataModule):
         seed: the loader's order seed (the epoch order is a pure function of seed and epoch).
         num_threads: the loader's gather threads; ``augment_threads``: torch/OpenCV threads
             of each loader thread for the augmentation (the loader's ``transform_threads``).
-        loader_options: more ``detfmt.torch.Loader`` keyword arguments (``canvas``, ``io``...).
+        loader_options: more ``detfmt.torch.Loader`` keyword arguments (``sampling``,
+            ``delivery=Delivery(canvas=..., io=...)``...; ``num_threads`` is set in its delivery).
     """
 
     def __init__(
@@ -68,6 +72,25 @@ class DetfmtDataModule(L.LightningDataModule):
         self._train: AugmentedBatches | None = None
         self._pending_state: dict[str, Any] | None = None
 
+    def _loader_options(self) -> dict[str, Any]:
+        """``loader_options`` with ``num_threads`` in their `Delivery` (the former flat delivery
+        keywords in ``loader_options`` are folded in, with a DeprecationWarning)."""
+        from detfmt.torch.settings import LEGACY_KEYWORDS, Delivery
+
+        options = dict(self.loader_options)
+        flat = {k: options.pop(k) for k in list(options) if LEGACY_KEYWORDS.get(k) is Delivery}
+        delivery = options.pop("delivery", None)
+        if flat:
+            if delivery is not None:
+                raise UsageError(f"{sorted(flat)} belong in loader_options['delivery']")
+            warnings.warn(f"loader_options {sorted(flat)} are deprecated: pass "
+                          "loader_options={'delivery': Delivery(...)}", DeprecationWarning,
+                          stacklevel=3)
+            delivery = Delivery(**flat)
+        if self.num_threads is not None:
+            delivery = dataclasses.replace(delivery or Delivery(), num_threads=self.num_threads)
+        return {**options, "delivery": delivery}
+
     def _batches(self, source: Any, shuffle: bool, transform: Any) -> AugmentedBatches:
         from detfmt.torch import Loader
 
@@ -76,9 +99,8 @@ class DetfmtDataModule(L.LightningDataModule):
             self.batch_size,
             shuffle=shuffle,
             seed=self.seed,
-            num_threads=self.num_threads,
             drop_last=None if shuffle else False,
-            **self.loader_options,
+            **self._loader_options(),
         )
         return AugmentedBatches(
             loader, transform, self.convert, prefetch=self.prefetch, threads=self.augment_threads

@@ -50,6 +50,7 @@ from detfmt.order import SubsetOrder
 from detfmt.reading.opener import open_dataset
 from detfmt.torch.batch import Batch
 from detfmt.torch.loader import Loader
+from detfmt.torch.settings import Delivery, Sampling
 
 SPLITS = ("train", "val", "test")
 DATA_YAML = "detfmt_data.yaml"
@@ -283,16 +284,28 @@ class DetfmtYoloLoader:
         self.seed = int(seed)
         self.num_workers = int(threads)
         workers = max(1, self.num_workers)
+        delivery = Delivery(num_threads=workers, prefetch=prefetch, transform_threads=workers,
+                            torch_threads=1)
         if augment:
-            self.loader = Loader(dataset.ds, self.batch_size, shuffle=True, seed=self.seed,
-                                 rank=rank, world_size=world_size, num_threads=workers,
-                                 transform_threads=workers, torch_threads=1,
-                                 prefetch=prefetch)
+            self.loader = Loader(
+                dataset.ds,
+                self.batch_size,
+                shuffle=True,
+                seed=self.seed,
+                rank=rank,
+                world_size=world_size,
+                delivery=delivery,
+            )
         else:
-            self.loader = Loader(dataset.ds, self.batch_size, order=_validation_order(dataset.ds),
-                                 rank=0, world_size=1, drop_last=False, num_threads=workers,
-                                 transform_threads=workers, torch_threads=1,
-                                 prefetch=prefetch)
+            self.loader = Loader(
+                dataset.ds,
+                self.batch_size,
+                rank=0,
+                world_size=1,
+                drop_last=False,
+                sampling=Sampling(order=_validation_order(dataset.ds)),
+                delivery=delivery,
+            )
         self.drop_last = bool(self.loader.drop_last)
         self.sampler = _RankSampler(self)
         self.batches = AugmentedBatches(self.loader, None, self.to_batch_dict)

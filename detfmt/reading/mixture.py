@@ -109,7 +109,7 @@ class Mixture(EpochIteration):
             sources, or one per source), e.g. ``{"automobile": "car"}``.
         repeat_threshold: repeat-factor sampling inside each source (O-9, O-10), a threshold
             for all sources or one per source (None: plain passes); also ``Loader(...,
-            repeat_threshold=)``.
+            sampling=Sampling(repeat_threshold=...))``.
     """
 
     def __init__(self, sources: Sequence[Any], weights: Sequence[float] | None = None, *,

@@ -1,4 +1,4 @@
-"""Optional GPU JPEG decode (torchvision.io.decode_jpeg, nvjpeg) for Loader(gpu_decode=True).
+"""Optional GPU JPEG decode (torchvision.io.decode_jpeg, nvjpeg) for Delivery(gpu_decode=True).
 
 torchvision is not a dependency: without a CUDA build of it the loader refuses with a message
 that says what is missing, instead of silently decoding on the CPU. The payloads come from the
@@ -21,14 +21,15 @@ __all__ = ["GpuJpegDecoder", "gpu_decode_unavailable_reason"]
 def gpu_decode_unavailable_reason(device: torch.device | None) -> str | None:
     """None when GPU JPEG decode can run on ``device``, else why not (a sentence)."""
     if device is None or device.type != "cuda":
-        return "gpu_decode=True needs device='cuda' (the decoded images stay on that device)"
+        return ("Delivery(gpu_decode=True) needs device='cuda' (the decoded images stay on that "
+                "device)")
     if not torch.cuda.is_available():
-        return "gpu_decode=True needs CUDA, but torch.cuda.is_available() is False"
+        return "Delivery(gpu_decode=True) needs CUDA, but torch.cuda.is_available() is False"
     try:
         import torchvision.io  # noqa: F401
     except Exception as error:  # ImportError, or the RuntimeError of a mismatched build
         return (
-            "gpu_decode=True needs torchvision built for this torch with CUDA "
+            "Delivery(gpu_decode=True) needs torchvision built for this torch with CUDA "
             f"(import torchvision failed: {type(error).__name__}: {error}); "
             "install the torchvision that matches your torch, or use gpu_decode=False"
         )

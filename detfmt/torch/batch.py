@@ -12,8 +12,9 @@ so every module that reorders, widens or drops box slots moves them with the box
 declaration, not the shape, says what is per-box: a per-image (B, 2) extra in a batch with 2
 box slots is not mistaken for one.
 
-Sample views: the `Loader` may hand a transform that reads pixels only through per-sample
-arrays (``takes_sample_views``, `Mosaic` and a `Compose` that starts with one) the samples as
+Stored samples: the `Loader` may hand a transform that reads pixels only through per-sample
+arrays (one that declares ``accepts_stored_samples``, see `detfmt.augment.Augmentation`:
+`Mosaic`, a `Compose` that starts with one, or a module of yours) the samples as
 they are stored (``samples``: read-only views of a memory-mapped dataset, or decoded arrays)
 instead of copying them into a padded batch first; ``images`` is then a placeholder of the
 batch's shape that holds only the pad value. Replacing ``images`` drops ``samples`` (they
@@ -25,6 +26,7 @@ by a path that knows about ``samples``.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import Any
 
 import numpy as np
@@ -131,3 +133,17 @@ class Batch:
             extras={key: move(value) for key, value in batch.extras.items()},
             box_fields=batch.box_fields,
         )
+
+
+def accepts_stored_samples(transform: object, *, warn: bool = False) -> bool:
+    """Whether ``transform`` (an augmentation module or any callable) declares
+    ``accepts_stored_samples`` (`detfmt.augment.Augmentation`). The attribute's former name,
+    ``takes_sample_views``, still counts for one release (``warn``: with a
+    DeprecationWarning)."""
+    declared = getattr(transform, "accepts_stored_samples", None)
+    if declared is None and getattr(transform, "takes_sample_views", None) is True:
+        if warn:
+            warnings.warn("takes_sample_views is deprecated: declare accepts_stored_samples "
+                          "(see detfmt.augment.Augmentation)", DeprecationWarning, stacklevel=4)
+        return True
+    return declared is True

@@ -16,9 +16,9 @@ non-blocking copy has completed.
 
 Order and resume are `detfmt.order.Schedule`'s, the same for every kind of dataset: the batches
 of ``ds.plan(...)``, and a ``state_dict()`` that resumes on any world size and batch size. The
-order may also be repeat-factor sampling (``repeat_threshold=``) or a weighted mixture of several
-datasets (a list of datasets with ``weights=``, or a `detfmt.reading.mixture.Mixture`), SPEC
-§18.9-18.13.
+order may also be repeat-factor sampling (``sampling=Sampling(repeat_threshold=...)``) or a
+weighted mixture of several datasets (a list of datasets with ``weights=``, or a
+`detfmt.reading.mixture.Mixture`), SPEC §18.9-18.13.
 
 Augmentation in the loader (``transform=``): each gathered batch goes through the transform in
 the gather threads, in epoch order (`detfmt.torch._stage`), so it overlaps the training step; on
@@ -29,9 +29,10 @@ or through numpy/OpenCV views, may have touched it). The loader's threads use
 ``transform_threads`` torch threads and OpenCV-backend pool threads each, whatever the trainer's
 own ``torch.set_num_threads``. A transform that carries samples across batches (Mosaic's
 buffer) is refilled on resume from the batches before the resume point (`_history`). A CPU
-transform that reads pixels only through per-sample arrays (``takes_sample_views``: `Mosaic`,
-or a `Compose` that starts with one) gets raw memory-mapped samples where they are stored
-(`Batch.samples`, no gather copy and no buffer); the outputs are the same.
+transform that reads pixels only through per-sample arrays (one that declares
+``accepts_stored_samples``, `detfmt.augment.Augmentation`: `Mosaic`, or a `Compose` that starts
+with one) gets raw memory-mapped samples where they are stored (`Batch.samples`, no gather copy
+and no buffer); the outputs are the same.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import os
 import threading
+import warnings
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -47,15 +49,9 @@ import numpy as np
 import torch
 
 from detfmt.errors import UsageError
-from detfmt.order import (
-    DEFAULT_SHARD_WINDOW,
-    EpochOrder,
-    Schedule,
-    SubsetOrder,
-    repeat_factor_order_for,
-)
+from detfmt.order import EpochOrder, Schedule, SubsetOrder, repeat_factor_order_for
 from detfmt.reading import kernel, opener
-from detfmt.reading.gather import IO_MODES, Job, check_canvas
+from detfmt.reading.gather import Job
 from detfmt.reading.mixture import Mixture
 from detfmt.reading.protocol import DatasetLike
 from detfmt.torch._history import (
@@ -67,7 +63,8 @@ from detfmt.torch._history import (
 )
 from detfmt.torch._ring import BufferRing, Slot
 from detfmt.torch._stage import TransformStage, augment_seed, find_generators
-from detfmt.torch.batch import Batch
+from detfmt.torch.batch import Batch, accepts_stored_samples
+from detfmt.torch.settings import Delivery, Sampling, from_legacy
 from detfmt.torch.threads import configure_thread, stable_batches
 
 __all__ = ["Loader", "default_rank_world", "open_dataset"]
@@ -127,58 +124,42 @@ def default_rank_world(rank: int | None, world_size: int | None) -> tuple[int, i
 class Loader:
     """Iterate over batches of a detfmt dataset (an iterable; one epoch per ``iter()``).
 
+    The keywords follow torch's Dataset / Sampler / DataLoader split: what to read (the
+    dataset, ``open_options``, ``weights``), in which order (``shuffle``, ``seed``, the
+    distributed share, ``sampling=Sampling(...)``) and how to deliver (``delivery=Delivery(...)``,
+    ``transform``, ``convert``). The former flat keywords (``num_threads=``, ``order=``,
+    ``io=``...) still work for one release, with a DeprecationWarning.
+
     Args:
         ds_or_path: an open dataset (``detfmt.open``), a 1.0 directory, a sharded root (a
             directory with manifest.json, or a URL such as ``s3://b/ds``), or a list of those
             mixed by ``weights`` (a `detfmt.reading.mixture.Mixture`; batch indices are the
             mixture's).
         batch_size: samples per batch on this rank.
-        shuffle: ``order="random"`` when True, ``"sequential"`` when False (unless ``order`` set).
+        shuffle: ``order="random"`` when True, ``"sequential"`` when False (unless
+            ``sampling.order`` is set).
         seed: the order's seed (SPEC §18); with ``set_epoch`` it fixes every batch, and the
             transform's per-batch generator seeds.
         drop_last: drop the tail shorter than a global batch; default True when distributed.
         rank, world_size: this process's share (S-19); default from torch.distributed.
-        num_threads: gather threads (each fills whole batches).
-        prefetch: batches gathered ahead of the consumer.
-        pin_memory: gather into page-locked buffers (default: when ``device`` is CUDA).
-        device: move each batch there (non-blocking from pinned buffers).
-        layout: ``"CHW"`` (a channels_last view) or ``"HWC"``.
-        canvas: (H, W): place every image at the top-left of a fixed canvas (a larger image is
-            an error) instead of padding to the batch maximum.
-        order: ``"random"``, ``"quasi_random"`` (1.0 datasets: near-sequential reads, O-4),
-            ``"sequential"``, or an order object (`detfmt.order.SubsetOrder`...).
-        io: ``"mmap"`` (fastest when the data is in the page cache) or ``"pread"`` (no page
-            faults; use on a cold cache, ideally with ``order="quasi_random"``).
-        quasi_block, quasi_window: O-4's L and W; default L = samples per ~8 MiB, W = 8.
-        pad_value: value of padding pixels.
-        gpu_decode: decode JPEG samples with torchvision.io.decode_jpeg on ``device``.
-        shard_window: sharded roots: shards shuffled together (S-18's W).
-        open_options: passed to ``detfmt.open`` when ``ds_or_path`` is a path or URL
-            (``storage_options``, ``cache_dir``, ``cache_limit``, ``max_open`` for sharded roots).
-        prefetch_shards: remote roots: shards fetched ahead of the batches in flight.
-        weights, epoch_length: a list of datasets: each one's share of an epoch and the epoch's
-            length (SPEC O-11, O-12; default: proportional to their sizes, all their samples).
-        repeat_threshold: repeat-factor sampling for rare classes (LVIS; SPEC O-9, O-10): an
-            image whose rarest class is in a fraction f < t of the images is visited about
-            sqrt(t / f) times per epoch.
+        sampling: the order, a subset, repeat-factor sampling (`Sampling`; default: ``shuffle``'s
+            order over every sample).
+        delivery: threads, prefetch, device, layout, canvas, io... (`Delivery`; default: its
+            defaults).
         transform: a ``detfmt.augment`` pipeline, or any ``Batch -> Batch`` callable, run on each
             batch in the gather threads (on CUDA: on the loader's stream, after the copy), in
-            epoch order; its generators are re-seeded per batch (``transform_reseed``). One with
-            history (``Mosaic(buffer_size=...)``) is refilled from the preceding batches when
-            a pass starts where it did not leave off (a resume), so resumed batches equal the
-            uninterrupted run's (`detfmt.torch._history`).
+            epoch order; its generators are re-seeded per batch (``Delivery.transform_reseed``).
+            One with history (``Mosaic(buffer_size=...)``) is refilled from the preceding
+            batches when a pass starts where it did not leave off (a resume), so resumed batches
+            equal the uninterrupted run's (`detfmt.torch._history`). One that declares
+            ``accepts_stored_samples`` (`detfmt.augment.Augmentation`) may get the stored
+            samples instead of a gathered batch (`Batch.samples`).
         convert: ``Batch -> anything`` run after ``transform`` in the same place (a framework's
             batch format); the loader then yields what it returns.
-        indices: read only these samples (a subset, in place: nothing is copied), shuffled
-            each epoch unless ``shuffle=False`` or ``order="sequential"``.
-        transform_threads: torch and OpenCV-backend threads of each loader thread (default:
-            all cores, at most 8), independent of the trainer's ``torch.set_num_threads``.
-        torch_threads: torch's intra-op threads of each loader thread, where they should differ
-            from ``transform_threads`` (default: the same). 1 suits a transform whose pixel work
-            is the OpenCV backend's per-sample pool: its torch ops are then bookkeeping on a few
-            hundred numbers, where OpenMP's idle threads spin between them and cost CPU.
-        transform_reseed: re-seed the transform's generators from (seed, epoch, batch position)
-            so a resumed run repeats the same augmentation parameters (default True).
+        open_options: passed to ``detfmt.open`` when ``ds_or_path`` is a path or URL
+            (``storage_options``, ``cache_dir``, ``cache_limit``, ``max_open`` for sharded roots).
+        weights, epoch_length: a list of datasets: each one's share of an epoch and the epoch's
+            length (SPEC O-11, O-12; default: proportional to their sizes, all their samples).
     """
 
     def __init__(
@@ -190,98 +171,42 @@ class Loader:
         drop_last: bool | None = None,
         rank: int | None = None,
         world_size: int | None = None,
-        num_threads: int | None = None,
-        prefetch: int | None = None,
-        pin_memory: bool | None = None,
-        device: torch.device | str | None = None,
-        layout: str = "CHW",
         *,
-        canvas: tuple[int, int] | None = None,
-        order: str | EpochOrder | None = None,
-        io: str = "mmap",
-        quasi_block: int | None = None,
-        quasi_window: int = 8,
-        pad_value: int = 0,
-        gpu_decode: bool = False,
-        shard_window: int = DEFAULT_SHARD_WINDOW,
-        open_options: dict[str, Any] | None = None,
-        prefetch_shards: int = 2,
-        weights: Sequence[float] | None = None,
-        epoch_length: int | None = None,
-        repeat_threshold: float | None = None,
+        sampling: Sampling | None = None,
+        delivery: Delivery | None = None,
         transform: Callable[[Batch], Batch] | None = None,
         convert: Callable[[Batch], Any] | None = None,
-        transform_threads: int | None = None,
-        transform_reseed: bool = True,
-        indices: Sequence[int] | np.ndarray | None = None,
-        torch_threads: int | None = None,
+        open_options: dict[str, Any] | None = None,
+        weights: Sequence[float] | None = None,
+        epoch_length: int | None = None,
+        **legacy: Any,
     ) -> None:
-        if layout not in ("CHW", "HWC"):
-            raise UsageError(f"layout must be 'CHW' or 'HWC', got {layout!r}")
-        if io not in IO_MODES:
-            raise UsageError(f"io must be one of {IO_MODES}, got {io!r}")
-        for name, value, low in (("num_threads", num_threads, 1), ("prefetch", prefetch, 1),
-                                 ("prefetch_shards", prefetch_shards, 0),
-                                 ("transform_threads", transform_threads, 1),
-                                 ("torch_threads", torch_threads, 1)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                      or value < low):
-                raise UsageError(f"{name} must be an int >= {low}, got {value!r}")
+        if legacy:
+            sampling, delivery = from_legacy(legacy, sampling, delivery)
+            warnings.warn(
+                f"Loader({', '.join(f'{k}=' for k in legacy)}) is deprecated and will be removed "
+                "in the next release: pass sampling=Sampling(...) for the order and "
+                "delivery=Delivery(...) for how batches are made (detfmt.torch)",
+                DeprecationWarning, stacklevel=2)
+        for name, value, kind in (("sampling", sampling, Sampling),
+                                  ("delivery", delivery, Delivery)):
+            if value is not None and not isinstance(value, kind):
+                raise UsageError(f"{name} must be a detfmt.torch.{kind.__name__}, got "
+                                 f"{type(value).__name__}")
         for name, value in (("transform", transform), ("convert", convert)):
             if value is not None and not callable(value):
                 raise UsageError(f"{name} must be callable, got {type(value).__name__}")
+        self.sampling = sampling = sampling if sampling is not None else Sampling()
+        self.delivery = delivery = delivery if delivery is not None else Delivery()
         self.ds = open_sources(ds_or_path, open_options, weights, epoch_length)
-        if io == "mmap":
+        if delivery.io == "mmap":
             kernel.load()  # the native raw gather, when numba is installed (a one-time cost)
         rank, world_size = default_rank_world(rank, world_size)
-        if indices is not None:  # a subset, read in place (no copy of the dataset)
-            if not (order is None or order in ("random", "sequential")) \
-                    or repeat_threshold is not None:
-                raise UsageError("indices= takes order 'random' or 'sequential' only (no order "
-                                 "object, quasi_random or repeat_threshold)")
-            shuffled = (order or ("random" if shuffle else "sequential")) == "random"
-            order = SubsetOrder(len(self.ds), indices, shuffle=shuffled)
-        if isinstance(order, str) or order is None:
-            order = order if order is not None else ("random" if shuffle else "sequential")
-            spec = sampling_order(self.ds, order, repeat_threshold, shard_window=shard_window,
-                                  quasi_block=quasi_block, quasi_window=quasi_window)
-        else:
-            if repeat_threshold is not None:
-                raise UsageError("repeat_threshold= builds the order: it does not combine with "
-                                 "an order object")
-            if getattr(order, "num_samples", None) != len(self.ds):
-                raise UsageError(f"the order is for {getattr(order, 'num_samples', None)} "
-                                 f"samples, the dataset has {len(self.ds)}")
-            spec = order
-        self.schedule = Schedule(spec, batch_size=batch_size, seed=seed, rank=rank,
-                                 world_size=world_size, drop_last=drop_last)
+        self.schedule = Schedule(self._epoch_order(sampling, shuffle), batch_size=batch_size,
+                                 seed=seed, rank=rank, world_size=world_size,
+                                 drop_last=drop_last)
         self.engine = self.ds.engine
-        self.num_threads = int(num_threads if num_threads is not None
-                               else min(4, os.cpu_count() or 1))
-        self.prefetch = int(prefetch if prefetch is not None else 2 * self.num_threads)
-        self.prefetch_shards = prefetch_shards
-        self.device = torch.device(device) if device is not None else None
-        cuda = self.device is not None and self.device.type == "cuda"
-        self.pin_memory = bool(cuda if pin_memory is None else pin_memory)
-        if self.pin_memory and not torch.cuda.is_available():
-            raise UsageError("pin_memory=True needs CUDA (torch.cuda.is_available() is False)")
-        self.layout = layout
-        self.io = io
-        self.pad_value = int(pad_value)
-        self.canvas = None
-        if canvas is not None:
-            self.canvas = check_canvas(canvas)
-        self._gpu = None
-        if gpu_decode:
-            from detfmt.torch._gpu import GpuJpegDecoder
-
-            self._gpu = GpuJpegDecoder(self.device)
-        height, width = self.canvas or (0, 0)  # buffers grow to what the batches need
-        self.ring = BufferRing(batch_size * height * width * 3, pin=self.pin_memory)
-        self.transform_threads = int(transform_threads if transform_threads is not None
-                                     else min(8, os.cpu_count() or 1))
-        self.torch_threads = int(torch_threads) if torch_threads is not None else None
-        self.transform_reseed = bool(transform_reseed)
+        self._deliver_as(delivery, batch_size)
         self._generators: list[torch.Generator] = []
         # (transform, epoch, position) the transform's carried samples are exactly up to
         self._synced: tuple[Any, int, int] | None = None
@@ -289,6 +214,53 @@ class Loader:
         self.transform = transform
         self.convert = convert
         self._stream: Any = None
+
+    def _epoch_order(self, sampling: Sampling, shuffle: bool) -> EpochOrder:
+        """The epoch order ``sampling`` asks for over this loader's dataset."""
+        order = sampling.order
+        if sampling.indices is not None:  # a subset, read in place (no copy of the dataset)
+            shuffled = (order or ("random" if shuffle else "sequential")) == "random"
+            return SubsetOrder(len(self.ds), sampling.indices, shuffle=shuffled)
+        if isinstance(order, str) or order is None:
+            order = order if order is not None else ("random" if shuffle else "sequential")
+            return sampling_order(self.ds, order, sampling.repeat_threshold,
+                                  shard_window=sampling.shard_window,
+                                  quasi_block=sampling.quasi_block,
+                                  quasi_window=sampling.quasi_window)
+        if getattr(order, "num_samples", None) != len(self.ds):
+            raise UsageError(f"the order is for {getattr(order, 'num_samples', None)} "
+                             f"samples, the dataset has {len(self.ds)}")
+        return order
+
+    def _deliver_as(self, delivery: Delivery, batch_size: int) -> None:
+        """Threads, buffers and placement from ``delivery``."""
+        self.num_threads = int(delivery.num_threads if delivery.num_threads is not None
+                               else min(4, os.cpu_count() or 1))
+        self.prefetch = int(delivery.prefetch if delivery.prefetch is not None
+                            else 2 * self.num_threads)
+        self.prefetch_shards = delivery.prefetch_shards
+        self.device = torch.device(delivery.device) if delivery.device is not None else None
+        cuda = self.device is not None and self.device.type == "cuda"
+        self.pin_memory = bool(cuda if delivery.pin_memory is None else delivery.pin_memory)
+        if self.pin_memory and not torch.cuda.is_available():
+            raise UsageError("pin_memory=True needs CUDA (torch.cuda.is_available() is False)")
+        self.layout = delivery.layout
+        self.io = delivery.io
+        self.pad_value = int(delivery.pad_value)
+        self.canvas = delivery.canvas
+        self._gpu = None
+        if delivery.gpu_decode:
+            from detfmt.torch._gpu import GpuJpegDecoder
+
+            self._gpu = GpuJpegDecoder(self.device)
+        height, width = self.canvas or (0, 0)  # buffers grow to what the batches need
+        self.ring = BufferRing(batch_size * height * width * 3, pin=self.pin_memory)
+        self.transform_threads = int(delivery.transform_threads
+                                     if delivery.transform_threads is not None
+                                     else min(8, os.cpu_count() or 1))
+        self.torch_threads = (int(delivery.torch_threads) if delivery.torch_threads is not None
+                              else None)
+        self.transform_reseed = bool(delivery.transform_reseed)
 
     @property
     def transform(self) -> Callable[[Batch], Batch] | None:
@@ -300,6 +272,7 @@ class Loader:
         """Takes effect at the next ``iter()`` (e.g. a pipeline rebuilt after close_mosaic)."""
         if transform is not None and not callable(transform):
             raise UsageError(f"transform must be callable, got {type(transform).__name__}")
+        accepts_stored_samples(transform, warn=True)  # a transform that declares the former name
         self._transform = transform
         self._generators = find_generators(transform) if transform is not None else []
 
@@ -526,8 +499,7 @@ class Loader:
         since the batch was made: it then gets real images)."""
         if self._transform is None:
             return batch.materialized()
-        if batch.samples is not None and getattr(
-                self._transform, "takes_sample_views", False) is not True:
+        if batch.samples is not None and not accepts_stored_samples(self._transform):
             batch = batch.materialized()
         with stable_batches():
             return self._transform(batch)
@@ -594,12 +566,12 @@ class Loader:
 
     def _hands_samples(self) -> bool:
         """Whether the transform may get the stored samples instead of a gathered batch
-        (`Batch.samples`): it takes them (``takes_sample_views``), runs on the CPU in the
+        (`Batch.samples`): it declares ``accepts_stored_samples``, runs on the CPU in the
         loader, and the loader reads memory-mapped data into CHW batches of their own size.
         Raw samples are then read where they are mapped, never copied into a buffer first
         (a job with other codecs is gathered as usual)."""
         return (
-            getattr(self._transform, "takes_sample_views", False) is True
+            accepts_stored_samples(self._transform)
             and self.device is None
             and self._gpu is None
             and self.io == "mmap"

@@ -168,7 +168,7 @@ class Viewer:
     # ---- what each route answers ----
 
     def info(self) -> dict[str, Any]:
-        from detfmt.workflows.show import PALETTE
+        from detfmt.render import PALETTE
 
         ds = self.dataset(self.split_names[0])
         schema = ds.schema

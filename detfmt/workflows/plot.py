@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from detfmt import errors
+from detfmt.render import series_colour
 from detfmt.workflows._copy import Source, opened
 from detfmt.workflows.stats import BoxTable, compute_stats
 
@@ -69,8 +70,8 @@ def _classes(ax: Any, data: dict[str, Any]) -> None:
     classes = sorted(data["classes"], key=lambda c: -c["boxes"])
     shown = classes[:MAX_BARS]
     x = np.arange(len(shown))
-    ax.bar(x - 0.2, [c["boxes"] for c in shown], 0.4, label="boxes", color="#3b75af")
-    ax.bar(x + 0.2, [c["images"] for c in shown], 0.4, label="images", color="#ef8636")
+    ax.bar(x - 0.2, [c["boxes"] for c in shown], 0.4, label="boxes", color=series_colour(0))
+    ax.bar(x + 0.2, [c["images"] for c in shown], 0.4, label="images", color=series_colour(1))
     ax.set_xticks(x)
     ax.set_xticklabels([c["name"] for c in shown], rotation=90,
                        fontsize=max(5, min(9, 400 // max(len(shown), 1))))
@@ -84,7 +85,7 @@ def _per_image(ax: Any, table: BoxTable) -> None:
     counts = table.counts
     top = int(counts.max()) if len(counts) else 0
     edges = np.arange(-0.5, top + 1.5) if top <= BINS else np.linspace(-0.5, top + 0.5, BINS)
-    ax.hist(counts, bins=edges, color="#3b75af")
+    ax.hist(counts, bins=edges, color=series_colour(0))
     from matplotlib.ticker import MaxNLocator
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))

@@ -15,15 +15,9 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from detfmt.errors import UsageError
+from detfmt.render import draw_boxes
 
-__all__ = ["PALETTE", "default_indices", "render_grid", "render_sample"]
-
-#: The class colours (RGB) of every detfmt picture: class k is drawn in PALETTE[k % len].
-PALETTE = [(230, 25, 75), (60, 180, 75), (255, 225, 25), (0, 130, 200), (245, 130, 48),
-            (145, 30, 180), (70, 240, 240), (240, 50, 230), (210, 245, 60), (250, 190, 212),
-            (0, 128, 128), (220, 190, 255), (170, 110, 40), (255, 250, 200), (128, 0, 0),
-            (170, 255, 195), (128, 128, 0), (255, 215, 180), (0, 0, 128), (255, 255, 255)]
-
+__all__ = ["default_indices", "render_grid", "render_sample"]
 
 def default_indices(n: int, count: int = 16) -> list[int]:
     """``count`` indices spread evenly over the dataset (always including the first)."""
@@ -39,21 +33,9 @@ def render_sample(sample: Any, class_names: Sequence[str], cell: int = 320) -> I
     scale = min(cell / image.width, cell / image.height, 4.0)
     size = (max(1, round(image.width * scale)), max(1, round(image.height * scale)))
     image = image.resize(size, Image.Resampling.BILINEAR)
-    draw = ImageDraw.Draw(image)
-    font = ImageFont.load_default()
     crowd = np.asarray(sample.fields.get("iscrowd", np.zeros(len(sample.boxes))), bool)
-    for k, (box, cls) in enumerate(zip(sample.boxes, sample.classes, strict=True)):
-        color = PALETTE[int(cls) % len(PALETTE)]
-        x0, y0, x1, y1 = (float(v) * scale for v in box)
-        draw.rectangle([x0, y0, max(x0, x1 - 1), max(y0, y1 - 1)], outline=color,
-                       width=1 if crowd[k] else 2)
-        name = class_names[int(cls)] if 0 <= int(cls) < len(class_names) else str(int(cls))
-        label = f"{name} (crowd)" if crowd[k] else name
-        left, top, right, bottom = draw.textbbox((x0, y0), label, font=font)
-        ty = y0 - (bottom - top) - 2 if y0 - (bottom - top) - 2 >= 0 else y0
-        draw.rectangle([x0, ty, x0 + (right - left) + 3, ty + (bottom - top) + 2], fill=color)
-        dark = 0.299 * color[0] + 0.587 * color[1] + 0.114 * color[2] < 128
-        draw.text((x0 + 1, ty), label, fill=(255, 255, 255) if dark else (0, 0, 0), font=font)
+    draw_boxes(ImageDraw.Draw(image), np.asarray(sample.boxes), np.asarray(sample.classes),
+               class_names, scale=scale, crowd=crowd)
     return image
 
 

@@ -726,7 +726,7 @@ def test_30_ring_loader_worker_detects_replacement(dataset: Callable[..., Path])
     """The same for RingDataLoader: its workers re-open the path when they start."""
     pytest.importorskip("torch")
     import detfmt
-    from detfmt.torch.dataset import RingDataLoader
+    from detfmt.torch import RingDataLoader
 
     ds_path = dataset()
     loader = RingDataLoader(ds_path, batch_size=2, num_workers=1,

@@ -39,10 +39,10 @@ def test_batch_refuses_gigabytes_of_padding(lopsided):
 
 def test_loader_and_ring_refuse_it_too(lopsided):
     torch = pytest.importorskip("torch")  # noqa: F841
-    from detfmt.torch import Loader, RingDataLoader
+    from detfmt.torch import Delivery, Loader, RingDataLoader
 
     with pytest.raises(detfmt.UsageError) as caught:
-        for _ in Loader(lopsided, 32, shuffle=False, num_threads=1):
+        for _ in Loader(lopsided, 32, shuffle=False, delivery=Delivery(num_threads=1)):
             pass
     assert caught.value.rule == "PADDING_BUDGET" and caught.value.index == BIG
     with pytest.raises(detfmt.UsageError) as caught:

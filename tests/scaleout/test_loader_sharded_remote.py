@@ -20,7 +20,7 @@ torch = pytest.importorskip("torch")
 fsspec = pytest.importorskip("fsspec")
 pytest.importorskip("aiohttp")
 
-from detfmt.torch import DetectionDataset, Loader  # noqa: E402
+from detfmt.torch import Delivery, DetectionDataset, Loader, Sampling  # noqa: E402
 
 SIZES = [12, 9, 14, 0, 11, 10]
 MAX_BOXES = [1, 4, 2, 0, 6, 3]  # per-shard label padding differs (S-12)
@@ -59,13 +59,25 @@ def test_loader_over_http_root_matches_local_and_plan(tmp_path, local_root):
     from scaleout_servers import http_range_server
 
     local = detfmt.open(local_root)
-    want = epoch(Loader(local, 4, seed=5, shard_window=2, num_threads=2))
+    want = epoch(Loader(
+        local,
+        4,
+        seed=5,
+        sampling=Sampling(shard_window=2),
+        delivery=Delivery(num_threads=2),
+    ))
     plan = local.plan(seed=5, epoch=0, batch_size=4, shard_window=2, drop_last=False)
     assert [w[0] for w in want] == [b.tolist() for b in plan.batches()]
     with http_range_server(str(local_root)) as url:
         # a cache of one byte: every shard is evicted as soon as the plan no longer needs it
-        loader = Loader(url, 4, seed=5, shard_window=2, num_threads=2, prefetch_shards=1,
-                        open_options={"cache_dir": str(tmp_path / "cache"), "cache_limit": 1})
+        loader = Loader(
+            url,
+            4,
+            seed=5,
+            sampling=Sampling(shard_window=2),
+            delivery=Delivery(num_threads=2, prefetch_shards=1),
+            open_options={"cache_dir": str(tmp_path / "cache"), "cache_limit": 1},
+        )
         assert loader.ds.is_remote
         calls = []
         keep = loader.ds.keep_shards
@@ -87,8 +99,12 @@ def test_loader_over_http_root_matches_local_and_plan(tmp_path, local_root):
         np.testing.assert_array_equal(items[13]["boxes"].numpy(), sample.boxes)
         assert items.ds._cache.dir.startswith(str(tmp_path / "cache3"))
 
-        it = iter(Loader(url, 3, num_threads=3, prefetch=4,
-                         open_options={"cache_dir": str(tmp_path / "cache2")}))
+        it = iter(Loader(
+            url,
+            3,
+            delivery=Delivery(num_threads=3, prefetch=4),
+            open_options={"cache_dir": str(tmp_path / "cache2")},
+        ))
         next(it)
         del it
         gc.collect()
@@ -115,8 +131,16 @@ def test_loader_over_s3_two_ranks_resume_on_one(tmp_path, local_root):
             fsspec.filesystem("s3", **opts).call_s3("create_bucket", Bucket="bkt")
             upload(local_root, "s3://bkt/ds", storage_options=opts)
             open_options = {"storage_options": opts, "cache_dir": str(tmp_path / "c")}
-            ranks = [Loader("s3://bkt/ds", 3, seed=1, rank=r, world_size=2, shard_window=3,
-                            num_threads=2, open_options=open_options) for r in range(2)]
+            ranks = [Loader(
+                "s3://bkt/ds",
+                3,
+                seed=1,
+                rank=r,
+                world_size=2,
+                sampling=Sampling(shard_window=3),
+                delivery=Delivery(num_threads=2),
+                open_options=open_options,
+            ) for r in range(2)]
             head = []
             its = [iter(loader) for loader in ranks]
             for _ in range(3):
@@ -130,8 +154,13 @@ def test_loader_over_s3_two_ranks_resume_on_one(tmp_path, local_root):
             del its, it  # dropping the suspended generators stops their threads
             state = ranks[0].state_dict()
             assert state["samples_seen"] == 18 and head == order[:18]
-            one = Loader("s3://bkt/ds", 4, drop_last=False, num_threads=2,
-                         open_options=open_options)
+            one = Loader(
+                "s3://bkt/ds",
+                4,
+                drop_last=False,
+                delivery=Delivery(num_threads=2),
+                open_options=open_options,
+            )
             one.load_state_dict(state)
             tail = [i for b in one for i in b.indices.tolist()]
             assert head + tail == order  # no duplicates, no gaps

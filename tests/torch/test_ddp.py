@@ -19,13 +19,19 @@ N, BATCH, WORLD, SEED = 23, 3, 2, 7
 
 
 def _worker(rank: int, path: str, init: str, out: str) -> None:
-    from detfmt.torch import DetectionDataset, Loader, collate
+    from detfmt.torch import Delivery, DetectionDataset, Loader, collate
 
     dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=WORLD)
     try:
         result = {}
         for drop_last in (False, True):
-            loader = Loader(path, BATCH, seed=SEED, drop_last=drop_last, num_threads=2)
+            loader = Loader(
+                path,
+                BATCH,
+                seed=SEED,
+                drop_last=drop_last,
+                delivery=Delivery(num_threads=2),
+            )
             assert (loader.rank, loader.world_size) == (rank, WORLD)
             mine = []
             for batch in loader:

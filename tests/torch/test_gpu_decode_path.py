@@ -1,4 +1,4 @@
-"""Loader(gpu_decode=True): torchvision.io.decode_jpeg on a batch, padded like the CPU path.
+"""Delivery(gpu_decode=True): torchvision.io.decode_jpeg on a batch, padded like the CPU path.
 
 Needs a torchvision that imports beside this torch (not the case for the pinned CPU torch of the
 test environment, where this module skips). Without CUDA the same code path runs with
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from detfmt.torch import Loader, _gpu
+from detfmt.torch import Delivery, Loader, _gpu
 from tests.datasets import make_dataset, varied_shapes
 
 try:
@@ -28,9 +28,13 @@ def test_gpu_decode_matches_the_cpu_decode(tmp_path, monkeypatch, device):
     if device == "cpu":
         monkeypatch.setattr(_gpu, "gpu_decode_unavailable_reason", lambda device: None)
     ds = make_dataset(tmp_path / "ds", varied_shapes(12), codec="jpeg")
-    plain = list(Loader(ds, 4, seed=3, num_threads=1, pad_value=7))
-    fast = list(Loader(ds, 4, seed=3, num_threads=1, pad_value=7, gpu_decode=True,
-                       device=device))
+    plain = list(Loader(ds, 4, seed=3, delivery=Delivery(num_threads=1, pad_value=7)))
+    fast = list(Loader(
+        ds,
+        4,
+        seed=3,
+        delivery=Delivery(num_threads=1, device=device, pad_value=7, gpu_decode=True),
+    ))
     assert len(plain) == len(fast) == 3
     for a, b in zip(plain, fast, strict=True):
         assert b.images.device.type == device

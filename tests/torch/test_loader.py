@@ -14,7 +14,7 @@ import torch
 import detfmt
 from detfmt.errors import DecodeError, UsageError
 from detfmt.order import epoch_permutation, quasi_random_permutation, sharded_epoch_order
-from detfmt.torch import Batch, Loader
+from detfmt.torch import Batch, Delivery, Loader, Sampling
 from tests.datasets import (
     corrupt_payload,
     make_sharded_root,
@@ -78,7 +78,7 @@ def assert_same_as_reader(batch: Batch, ds, layout="CHW"):
 @pytest.mark.parametrize("threads", [1, 3])
 def test_contents_and_order(make_any, threads):
     ds = make_any(varied_shapes(37))
-    loader = Loader(ds, 5, seed=4, num_threads=threads, prefetch=3)
+    loader = Loader(ds, 5, seed=4, delivery=Delivery(num_threads=threads, prefetch=3))
     batches = list(loader)
     assert len(batches) == len(loader) == 8
     got = np.concatenate([b.indices.numpy() for b in batches])
@@ -92,7 +92,14 @@ def test_contents_and_order(make_any, threads):
 @pytest.mark.parametrize("drop_last", [True, False])
 def test_batches_are_the_plan_and_match_ds_batch(make_any, codec, drop_last):
     ds = make_any(varied_shapes(27), codec=codec)
-    loader = Loader(ds, 4, seed=5, drop_last=drop_last, shard_window=2, num_threads=2)
+    loader = Loader(
+        ds,
+        4,
+        seed=5,
+        drop_last=drop_last,
+        sampling=Sampling(shard_window=2),
+        delivery=Delivery(num_threads=2),
+    )
     plan = ds.plan(seed=5, epoch=0, batch_size=4, shard_window=2, drop_last=drop_last)
     batches = list(loader)  # held all at once: the buffer-reuse contract keeps each intact
     assert len(batches) == len(loader) == len(plan) == (6 if drop_last else 7)
@@ -105,7 +112,7 @@ def test_batches_are_the_plan_and_match_ds_batch(make_any, codec, drop_last):
 
 def test_hwc_layout_and_sequential(make_any):
     ds = make_any(varied_shapes(10))
-    batches = list(Loader(ds, 4, shuffle=False, layout="HWC", num_threads=2))
+    batches = list(Loader(ds, 4, shuffle=False, delivery=Delivery(num_threads=2, layout="HWC")))
     assert [b.indices.tolist() for b in batches] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
     for batch in batches:
         check_batch(batch, ds, layout="HWC")
@@ -117,7 +124,7 @@ def test_labels_repadded_across_shards(tmp_path):
     (S-12), with exact padding."""
     ds = make_sharded_root(tmp_path / "r", varied_shapes(12), shard_sizes=(1, 4, 7))
     assert [ds.shard(k).max_boxes for k in range(3)] == [0, 3, 3]
-    batch = next(iter(Loader(ds, 12, shuffle=False, num_threads=1)))
+    batch = next(iter(Loader(ds, 12, shuffle=False, delivery=Delivery(num_threads=1))))
     counts = batch.mask.sum(1)
     assert batch.boxes.shape[1] == int(counts.max()) == 3
     assert (batch.classes[~batch.mask] == -1).all() and not batch.boxes[~batch.mask].any()
@@ -126,7 +133,7 @@ def test_labels_repadded_across_shards(tmp_path):
 
 def test_epochs_advance_and_set_epoch(make_any):
     ds = make_any(varied_shapes(12))
-    loader = Loader(ds, 4, seed=1, num_threads=2)
+    loader = Loader(ds, 4, seed=1, delivery=Delivery(num_threads=2))
     e0 = [b.indices.tolist() for b in loader]
     assert loader.state_dict()["samples_seen"] == 12 and loader.epoch == 0
     e1 = [b.indices.tolist() for b in loader]
@@ -145,23 +152,23 @@ def test_epochs_advance_and_set_epoch(make_any):
 def test_fixed_shape_and_canvas(make_any):
     ds = make_any([(16, 24)] * 9, fixed=True)
     for io in ("mmap", "pread"):
-        for batch in Loader(ds, 4, io=io, num_threads=2):
+        for batch in Loader(ds, 4, delivery=Delivery(num_threads=2, io=io)):
             assert batch.images.shape[1:] == (3, 16, 24)
             check_batch(batch, ds)
     ds2 = make_any(varied_shapes(9))
-    for batch in Loader(ds2, 4, canvas=(40, 48), num_threads=2):
+    for batch in Loader(ds2, 4, delivery=Delivery(num_threads=2, canvas=(40, 48))):
         assert batch.images.shape[1:] == (3, 40, 48)
         check_batch(batch, ds2)
     with pytest.raises(UsageError):  # an image larger than the canvas
-        list(Loader(ds2, 4, canvas=(8, 8)))
+        list(Loader(ds2, 4, delivery=Delivery(canvas=(8, 8))))
     with pytest.raises(UsageError):
-        Loader(ds2, 4, canvas=(0, 8))
+        Loader(ds2, 4, delivery=Delivery(canvas=(0, 8)))
 
 
 def test_pread_matches_mmap(make_any):
     ds = make_any(varied_shapes(21))
-    a = list(Loader(ds, 4, io="pread", num_threads=2))
-    b = list(Loader(ds, 4, io="mmap", num_threads=2))
+    a = list(Loader(ds, 4, delivery=Delivery(num_threads=2, io="pread")))
+    b = list(Loader(ds, 4, delivery=Delivery(num_threads=2, io="mmap")))
     for x, y in zip(a, b, strict=True):
         assert torch.equal(x.images, y.images) and torch.equal(x.indices, y.indices)
         check_batch(x, ds)
@@ -171,7 +178,7 @@ def test_pread_matches_mmap(make_any):
 @pytest.mark.parametrize("codec", ["zstd", "jpeg", "png"])
 def test_compressed_codecs(make_any, codec, io):
     ds = make_any(varied_shapes(9), codec=codec)
-    for batch in Loader(ds, 4, num_threads=2, io=io):
+    for batch in Loader(ds, 4, delivery=Delivery(num_threads=2, io=io)):
         check_batch(batch, ds, exact=codec != "jpeg")
         for j, i in enumerate(batch.indices.tolist()):
             h, w = ds.image_shape(i)[:2]
@@ -184,16 +191,17 @@ def test_compressed_codecs(make_any, codec, io):
 @pytest.mark.parametrize("split", [0, 1, 3, 7])
 def test_resume_mid_epoch_exact(make_any, split):
     ds = make_any(varied_shapes(30))
-    full = Loader(ds, 4, seed=9, num_threads=1)
+    full = Loader(ds, 4, seed=9, delivery=Delivery(num_threads=1))
     full.set_epoch(2)
     expected = [b.indices.tolist() for b in full]
-    first = Loader(ds, 4, seed=9, num_threads=3)
+    first = Loader(ds, 4, seed=9, delivery=Delivery(num_threads=3))
     first.set_epoch(2)
     it = iter(first)
     seen = [next(it).indices.tolist() for _ in range(split)]
     state = first.state_dict()
     it.close()
-    second = Loader(ds, 4, seed=0, num_threads=2)  # other threads, seed comes from the state
+    # other threads, seed comes from the state
+    second = Loader(ds, 4, seed=0, delivery=Delivery(num_threads=2))
     second.load_state_dict(state)
     second.set_epoch(2)  # the usual training loop calls this: it keeps the position
     rest = [b.indices.tolist() for b in second]
@@ -208,14 +216,22 @@ def test_resume_one_rank_on_two_ranks_with_another_batch_size(make_any, drop_las
     """Stop a 1-rank epoch after k batches, resume on 2 ranks with another per-rank batch size:
     every remaining sample exactly once, none repeated."""
     ds = make_any(varied_shapes(27))
-    one = Loader(ds, 4, seed=3, num_threads=2)
+    one = Loader(ds, 4, seed=3, delivery=Delivery(num_threads=2))
     one.set_epoch(1)
     it = iter(one)
     head = flat(next(it).indices.tolist() for _ in range(3))
     state = one.state_dict()
     it.close()
     assert state["samples_seen"] == 12
-    two = [Loader(ds, 3, seed=0, rank=r, world_size=2, drop_last=drop_last, num_threads=1)
+    two = [Loader(
+        ds,
+        3,
+        seed=0,
+        rank=r,
+        world_size=2,
+        drop_last=drop_last,
+        delivery=Delivery(num_threads=1),
+    )
            for r in range(2)]
     for loader in two:
         loader.load_state_dict(state)
@@ -237,8 +253,15 @@ def test_world_sizes_1_2_4_same_global_sequence(make_any, drop_last):
     ds = make_any(varied_shapes(27))
     sequences = {}
     for world in (1, 2, 4):
-        loaders = [Loader(ds, 8 // world, seed=7, rank=r, world_size=world,
-                          drop_last=drop_last, num_threads=1) for r in range(world)]
+        loaders = [Loader(
+            ds,
+            8 // world,
+            seed=7,
+            rank=r,
+            world_size=world,
+            drop_last=drop_last,
+            delivery=Delivery(num_threads=1),
+        ) for r in range(world)]
         per_rank = [[b.indices.tolist() for b in loader] for loader in loaders]
         assert len({len(r) for r in per_rank}) == 1  # every rank runs the same number of steps
         sequences[world] = [i for t in range(len(per_rank[0])) for r in per_rank for i in r[t]]
@@ -253,8 +276,15 @@ def test_world_sizes_1_2_4_same_global_sequence(make_any, drop_last):
 def test_ranks_disjoint_equal_covering(make_any):
     ds = make_any(varied_shapes(23))
     for drop_last in (True, False):
-        shares = [[b.indices.tolist() for b in Loader(ds, 3, seed=1, rank=r, world_size=3,
-                                                      drop_last=drop_last, num_threads=1)]
+        shares = [[b.indices.tolist() for b in Loader(
+            ds,
+            3,
+            seed=1,
+            rank=r,
+            world_size=3,
+            drop_last=drop_last,
+            delivery=Delivery(num_threads=1),
+        )]
                   for r in range(3)]
         assert len({len(s) for s in shares}) == 1
         assert all(len(b) == 3 for s in shares for b in s)
@@ -263,14 +293,21 @@ def test_ranks_disjoint_equal_covering(make_any):
             assert len(every) == len(set(every)) == 18
         else:
             assert set(every) == set(range(23)) and len(every) == 27
-    default = [len(list(Loader(ds, 4, seed=1, rank=r, world_size=3, num_threads=1)))
+    default = [len(list(Loader(
+        ds,
+        4,
+        seed=1,
+        rank=r,
+        world_size=3,
+        delivery=Delivery(num_threads=1),
+    )))
                for r in range(3)]
     assert default == [1, 1, 1]  # distributed default: drop_last=True
 
 
 def test_buffer_reuse_never_overwrites_held_batch(make_any):
     ds = make_any(varied_shapes(64))
-    loader = Loader(ds, 4, seed=3, num_threads=2, prefetch=2)
+    loader = Loader(ds, 4, seed=3, delivery=Delivery(num_threads=2, prefetch=2))
     held, held_copy, view, view_copy = None, None, None, None
     for k, batch in enumerate(loader):
         if k == 1:
@@ -287,7 +324,7 @@ def test_buffer_reuse_never_overwrites_held_batch(make_any):
 
 def test_ring_recycles_released_buffers(make_any):
     ds = make_any([(16, 16)] * 200)
-    loader = Loader(ds, 2, num_threads=2, prefetch=2)
+    loader = Loader(ds, 2, delivery=Delivery(num_threads=2, prefetch=2))
     for _ in loader:
         pass
     assert len(loader.ring.slots) <= 5
@@ -303,7 +340,7 @@ def test_ring_buffers_are_huge_page_aligned_and_held_views_keep_them(make_any):
     from detfmt.torch._ring import HUGE_PAGE
 
     ds = make_any([(16, 16)] * 8)
-    loader = Loader(ds, 4, num_threads=1, prefetch=1)
+    loader = Loader(ds, 4, delivery=Delivery(num_threads=1, prefetch=1))
     held = next(iter(loader))
     held_ptr = held.images.untyped_storage().data_ptr()
     slot = next(s for s in loader.ring.slots
@@ -316,7 +353,7 @@ def test_ring_buffers_are_huge_page_aligned_and_held_views_keep_them(make_any):
 
 def test_early_stop_and_errors_leave_no_threads(make_any):
     ds = make_any(varied_shapes(50))
-    loader = Loader(ds, 2, num_threads=3, prefetch=4)
+    loader = Loader(ds, 2, delivery=Delivery(num_threads=3, prefetch=4))
     for k, _ in enumerate(loader):
         if k == 2:
             break
@@ -351,16 +388,19 @@ def test_early_stop_and_errors_leave_no_threads(make_any):
 
 def test_usage_errors(make_any):
     ds = make_any(varied_shapes(4))
-    for kwargs in [dict(batch_size=0), dict(batch_size=2, layout="NCHW"),
+    for kwargs in [dict(batch_size=0), dict(batch_size=2, delivery=lambda: Delivery(layout="NCHW")),
                    dict(batch_size=2, rank=2, world_size=2), dict(batch_size=2, rank=0),
-                   dict(batch_size=2, order="bogus"), dict(batch_size=2, io="bogus"),
-                   dict(batch_size=2, num_threads=0), dict(batch_size=2, shard_window=0),
-                   dict(batch_size=2, prefetch_shards=-1), dict(batch_size=2, quasi_window=0),
+                   dict(batch_size=2, sampling=lambda: Sampling(order="bogus")),
+                   dict(batch_size=2, delivery=lambda: Delivery(io="bogus")),
+                   dict(batch_size=2, delivery=lambda: Delivery(num_threads=0)),
+                   dict(batch_size=2, sampling=lambda: Sampling(shard_window=0)),
+                   dict(batch_size=2, delivery=lambda: Delivery(prefetch_shards=-1)),
+                   dict(batch_size=2, sampling=lambda: Sampling(quasi_window=0)),
                    dict(batch_size=2, open_options={"cache_dir": "/tmp"}),
-                   *([dict(batch_size=2, pin_memory=True)] if not torch.cuda.is_available()
-                     else [])]:
-        with pytest.raises(UsageError):
-            Loader(ds, **kwargs)
+                   *([dict(batch_size=2, delivery=lambda: Delivery(pin_memory=True))]
+                     if not torch.cuda.is_available() else [])]:
+        with pytest.raises(UsageError):  # groups are checked when built or when used
+            Loader(ds, **{k: v() if callable(v) else v for k, v in kwargs.items()})
     with pytest.raises(UsageError):
         Loader(object(), 2)
     loader = Loader(ds, 2)
@@ -379,21 +419,26 @@ def test_states_do_not_cross_datasets(make_ds, tmp_path):
     with pytest.raises(UsageError):
         Loader(flat_ds, 2).load_state_dict(Loader(sharded, 2).state_dict())
     with pytest.raises(UsageError):  # quasi_random is O-4, for 1.0 datasets only
-        Loader(sharded, 2, order="quasi_random")
+        Loader(sharded, 2, sampling=Sampling(order="quasi_random"))
 
 
 def test_gpu_decode_says_why_not(make_any):
     ds = make_any(varied_shapes(4), codec="jpeg")
     with pytest.raises(UsageError, match="gpu_decode"):
-        Loader(ds, 2, gpu_decode=True)
+        Loader(ds, 2, delivery=Delivery(gpu_decode=True))
     if not torch.cuda.is_available():
         with pytest.raises(UsageError, match=r"CUDA|torchvision"):
-            Loader(ds, 2, gpu_decode=True, device="cuda")
+            Loader(ds, 2, delivery=Delivery(device="cuda", gpu_decode=True))
 
 
 def test_quasi_random_order_in_loader(make_ds):
     ds = make_ds([(8, 8)] * 50)
-    loader = Loader(ds, 5, order="quasi_random", quasi_block=4, quasi_window=2, io="pread")
+    loader = Loader(
+        ds,
+        5,
+        sampling=Sampling(order="quasi_random", quasi_block=4, quasi_window=2),
+        delivery=Delivery(io="pread"),
+    )
     got = flat(b.indices.tolist() for b in loader)
     assert got == quasi_random_permutation(0, 0, 50, 4, 2).tolist()
 
@@ -415,7 +460,7 @@ def test_corrupt_payload_is_a_decode_error(make_any, codec, io):
     ds.close()
     fresh = detfmt.open(location)
     with pytest.raises(DecodeError) as info:
-        for _ in Loader(fresh, 6, shuffle=False, io=io, num_threads=2):
+        for _ in Loader(fresh, 6, shuffle=False, delivery=Delivery(num_threads=2, io=io)):
             pass
     local = fresh.locate(3)[1] if isinstance(fresh, detfmt.ShardedDataset) else 3
     assert info.value.index == local  # a shard's error names the shard file and local index
@@ -427,7 +472,7 @@ def test_reused_buffers_keep_padding_clean(make_any):
     the user wrote into a batch in place (torch bumps the version counter the loader checks)."""
     shapes = [(40, 12), (12, 40), (40, 40), (8, 8), (33, 17), (17, 33)] * 8
     ds = make_any(shapes)
-    loader = Loader(ds, 3, seed=1, num_threads=2, prefetch=1)
+    loader = Loader(ds, 3, seed=1, delivery=Delivery(num_threads=2, prefetch=1))
     seen = 0
     for epoch in range(3):
         loader.set_epoch(epoch)
@@ -450,7 +495,7 @@ def test_loader_over_one_packed_shard_file(tmp_path):
     shard = ds.shard(2)
     first = ds.shards[2].first_index
     for io in ("mmap", "pread"):
-        batches = list(Loader(shard, 2, shuffle=False, num_threads=1, io=io))
+        batches = list(Loader(shard, 2, shuffle=False, delivery=Delivery(num_threads=1, io=io)))
         assert sum(len(b.indices) for b in batches) == len(shard)
         for b in batches:
             for j, i in enumerate(b.indices.tolist()):
@@ -465,7 +510,13 @@ def test_indices_read_a_subset_in_place(make_any):
     for the same seed), in the given order with shuffle=False; nothing is copied."""
     ds = make_any(varied_shapes(30))
     subset = [3, 17, 4, 29, 8, 11, 0]
-    loader = Loader(ds, 3, indices=subset, seed=6, num_threads=2)
+    loader = Loader(
+        ds,
+        3,
+        seed=6,
+        sampling=Sampling(indices=subset),
+        delivery=Delivery(num_threads=2),
+    )
     epochs = []
     for epoch in range(2):
         loader.set_epoch(epoch)
@@ -475,11 +526,11 @@ def test_indices_read_a_subset_in_place(make_any):
         epochs.append(np.concatenate([b.indices.numpy() for b in batches]).tolist())
     assert sorted(epochs[0]) == sorted(epochs[1]) == sorted(subset)
     assert epochs[0] != epochs[1]  # reshuffled (7! orders: equal by chance 1 in 5040)
-    again = Loader(ds, 3, indices=subset, seed=6)
+    again = Loader(ds, 3, seed=6, sampling=Sampling(indices=subset))
     assert np.concatenate([b.indices.numpy() for b in again]).tolist() == epochs[0]
-    fixed = Loader(ds, 3, indices=subset, shuffle=False)
+    fixed = Loader(ds, 3, shuffle=False, sampling=Sampling(indices=subset))
     assert np.concatenate([b.indices.numpy() for b in fixed]).tolist() == subset
     with pytest.raises(detfmt.UsageError):
-        Loader(ds, 3, indices=[0, 30])
+        Loader(ds, 3, sampling=Sampling(indices=[0, 30]))
     with pytest.raises(detfmt.UsageError):
-        Loader(ds, 3, indices=subset, order="quasi_random")
+        Loader(ds, 3, sampling=Sampling(order="quasi_random", indices=subset))

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import detfmt.augment as A
-from detfmt.torch import Batch, Loader
+from detfmt.torch import Batch, Delivery, Loader
 from tests.datasets import varied_shapes
 
 BATCH = 4
@@ -73,7 +73,13 @@ def first_batches(loader: Loader, k: int) -> tuple[list, dict]:
 def stopped_at(ds, make, threads: int, k: int) -> tuple[list, dict]:
     """The first k batches of a run and the state saved right after them."""
     return first_batches(
-        Loader(ds, BATCH, seed=5, num_threads=threads, prefetch=3, transform=make()), k)
+        Loader(
+            ds,
+            BATCH,
+            seed=5,
+            delivery=Delivery(num_threads=threads, prefetch=3),
+            transform=make(),
+        ), k)
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -82,9 +88,17 @@ def test_buffered_mosaic_run_is_reproducible_at_any_thread_count(ds, pipeline, t
     """Same seed twice, and 1 thread against 2: the same augmented batches (the buffer is
     pushed in batch order whichever thread gathered a batch)."""
     make = PIPELINES[pipeline]
-    first = run(Loader(ds, BATCH, seed=5, num_threads=threads, transform=make()), EPOCHS)
-    again = run(Loader(ds, BATCH, seed=5, num_threads=threads, transform=make()), EPOCHS)
-    other = run(Loader(ds, BATCH, seed=5, num_threads=3 - threads, transform=make()), EPOCHS)
+    first = run(Loader(ds, BATCH, seed=5, delivery=Delivery(num_threads=threads),
+                       transform=make()), EPOCHS)
+    again = run(Loader(ds, BATCH, seed=5, delivery=Delivery(num_threads=threads),
+                       transform=make()), EPOCHS)
+    other = run(Loader(
+        ds,
+        BATCH,
+        seed=5,
+        delivery=Delivery(num_threads=3 - threads),
+        transform=make(),
+    ), EPOCHS)
     assert_same(again, first)
     assert_same(other, first)
 
@@ -97,10 +111,11 @@ def test_buffered_mosaic_run_is_reproducible_at_any_thread_count(ds, pipeline, t
 def test_resume_with_a_fresh_loader_and_transform_equals_the_uninterrupted_run(
         ds, pipeline, threads, k):
     make = PIPELINES[pipeline]
-    whole = run(Loader(ds, BATCH, seed=5, num_threads=threads, transform=make()), EPOCHS)
+    whole = run(Loader(ds, BATCH, seed=5, delivery=Delivery(num_threads=threads),
+                       transform=make()), EPOCHS)
     head, state = stopped_at(ds, make, threads, k)
     assert_same(head, whole[:k])
-    resumed = Loader(ds, BATCH, seed=0, num_threads=threads, transform=make())
+    resumed = Loader(ds, BATCH, seed=0, delivery=Delivery(num_threads=threads), transform=make())
     resumed.load_state_dict(state)
     passes = EPOCHS - k // 6  # the rest of the stopped epoch, then the following ones
     assert_same(run(resumed, passes), whole[k:])
@@ -127,9 +142,15 @@ class RanAhead(torch.nn.Module):
 def test_the_same_loader_continues_exactly_after_a_pass_stopped_early(ds):
     """A pass stopped while batches ran ahead through the transform: the next pass of the same
     loader refills the transform rather than keep what the dropped batches pushed."""
-    whole = run(Loader(ds, BATCH, seed=5, num_threads=2, transform=yolo()), 2)
+    whole = run(Loader(ds, BATCH, seed=5, delivery=Delivery(num_threads=2), transform=yolo()), 2)
     transform = RanAhead(yolo(), count=4)
-    loader = Loader(ds, BATCH, seed=5, num_threads=2, prefetch=4, transform=transform)
+    loader = Loader(
+        ds,
+        BATCH,
+        seed=5,
+        delivery=Delivery(num_threads=2, prefetch=4),
+        transform=transform,
+    )
     it = iter(loader)
     head = [snapshot(next(it)) for _ in range(2)]
     assert transform.ahead.wait(timeout=30)  # batches 2 and 3 went through the transform
@@ -138,10 +159,10 @@ def test_the_same_loader_continues_exactly_after_a_pass_stopped_early(ds):
 
 
 def test_a_state_without_batching_still_loads_and_resumes(ds):
-    whole = run(Loader(ds, BATCH, seed=5, num_threads=2, transform=yolo()), 2)
+    whole = run(Loader(ds, BATCH, seed=5, delivery=Delivery(num_threads=2), transform=yolo()), 2)
     head, state = stopped_at(ds, yolo, 2, 7)
     del state["batching"]  # a state saved before the field existed
-    resumed = Loader(ds, BATCH, num_threads=2, transform=yolo())
+    resumed = Loader(ds, BATCH, delivery=Delivery(num_threads=2), transform=yolo())
     resumed.load_state_dict(state)
     assert_same(head + run(resumed, 1), whole)
 
@@ -149,12 +170,12 @@ def test_a_state_without_batching_still_loads_and_resumes(ds):
 def test_other_batching_resumes_the_order_and_warns_that_the_history_differs(ds):
     _, state = stopped_at(ds, yolo, 1, 3)
     order = [b.indices.tolist() for b in Loader(ds, 2, seed=5)]
-    resumed = Loader(ds, 2, num_threads=1, transform=yolo())
+    resumed = Loader(ds, 2, delivery=Delivery(num_threads=1), transform=yolo())
     resumed.load_state_dict(state)
     with pytest.warns(RuntimeWarning, match="batching"):
         rest = [b.indices.tolist() for b in resumed]
     assert rest == order[6:]
-    plain = Loader(ds, 2, num_threads=1, transform=A.RandomFlip(p=0.5))
+    plain = Loader(ds, 2, delivery=Delivery(num_threads=1), transform=A.RandomFlip(p=0.5))
     plain.load_state_dict(state)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no history, nothing to warn about
@@ -176,10 +197,16 @@ class Counting(torch.nn.Module):
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_a_transform_without_history_is_not_replayed(ds, threads):
-    whole = run(Loader(ds, BATCH, seed=5, num_threads=threads, transform=Counting()), 2)
+    whole = run(Loader(
+        ds,
+        BATCH,
+        seed=5,
+        delivery=Delivery(num_threads=threads),
+        transform=Counting(),
+    ), 2)
     head, state = stopped_at(ds, Counting, threads, 4)
     transform = Counting()
-    resumed = Loader(ds, BATCH, num_threads=threads, transform=transform)
+    resumed = Loader(ds, BATCH, delivery=Delivery(num_threads=threads), transform=transform)
     resumed.load_state_dict(state)
     rest = run(resumed, 2)
     assert_same(head + rest, whole)
@@ -191,8 +218,15 @@ def test_each_rank_refills_from_its_own_share(ds, k):
     """Rank 1 of 2 (2 global batches of 8 per epoch, the tail dropped): its buffer holds its
     own earlier batches, mid-epoch and across the epoch boundary."""
     def make_loader(seed: int = 5) -> Loader:
-        return Loader(ds, BATCH, seed=seed, rank=1, world_size=2, num_threads=2,
-                      transform=yolo())
+        return Loader(
+            ds,
+            BATCH,
+            seed=seed,
+            rank=1,
+            world_size=2,
+            delivery=Delivery(num_threads=2),
+            transform=yolo(),
+        )
 
     whole = run(make_loader(), EPOCHS)
     head, state = first_batches(make_loader(), k)
@@ -210,13 +244,18 @@ def test_mosaic_holding_views_of_the_loaders_buffers_equals_one_holding_copies(
     the loader on copies, where the buffer copies."""
     inside = PIPELINES[pipeline]()
     inside.generator.manual_seed(11)
-    got = run(Loader(ds, BATCH, seed=5, num_threads=threads, prefetch=3, transform=inside,
-                     transform_reseed=False), EPOCHS)
+    got = run(Loader(
+        ds,
+        BATCH,
+        seed=5,
+        delivery=Delivery(num_threads=threads, prefetch=3, transform_reseed=False),
+        transform=inside,
+    ), EPOCHS)
     mosaic = inside.transforms[0]
     assert any(view is not None for view in mosaic.buffer.views)
     outside = PIPELINES[pipeline]()
     outside.generator.manual_seed(11)
-    plain = Loader(ds, BATCH, seed=5, num_threads=threads)
+    plain = Loader(ds, BATCH, seed=5, delivery=Delivery(num_threads=threads))
     want = [snapshot(outside(b.replace(images=b.images.clone())))
             for _ in range(EPOCHS) for b in plain]
     assert not any(view is not None for view in outside.transforms[0].buffer.views)

@@ -13,7 +13,7 @@ import torch
 from detfmt.augment import Compose, Mosaic, RandomAffine, RandomHSV
 from detfmt.augment.presets import yolo_train
 from detfmt.errors import UsageError
-from detfmt.torch import Batch, Loader
+from detfmt.torch import Batch, Delivery, Loader
 from tests.datasets import varied_shapes
 
 
@@ -22,15 +22,21 @@ def _outputs(ds, make_transform, *, samples: bool, pad_value: int = 0,
     """Every batch through the loader, the transform declaring ``samples`` or not (and the
     batches it was given)."""
     transform = make_transform()
-    assert transform.takes_sample_views  # what the wrapper below declares instead
+    assert transform.accepts_stored_samples  # what the wrapper below declares instead
     given: list[Batch] = []
 
     def run(batch: Batch) -> Batch:
         given.append(batch)
         return transform(batch)
 
-    run.takes_sample_views = samples  # type: ignore[attr-defined]
-    loader = Loader(ds, 4, seed=3, num_threads=threads, transform=run, pad_value=pad_value)
+    run.accepts_stored_samples = samples  # type: ignore[attr-defined]
+    loader = Loader(
+        ds,
+        4,
+        seed=3,
+        delivery=Delivery(num_threads=threads, pad_value=pad_value),
+        transform=run,
+    )
     out = [b for _ in range(2) for b in loader]  # two epochs: the ring holds earlier samples
     return out, given
 
@@ -140,7 +146,13 @@ def test_a_transform_replaced_after_the_batch_was_made_gets_real_images(make_ds)
     """`DetfmtYoloLoader.reset` swaps the pipeline (close_mosaic): a batch made for a pipeline
     that took the stored samples reaches the new one with real images."""
     ds = make_ds(varied_shapes(6, seed=8))
-    loader = Loader(ds, 3, seed=0, transform=PIPELINES["mosaic_alone"](), pad_value=5)
+    loader = Loader(
+        ds,
+        3,
+        seed=0,
+        delivery=Delivery(pad_value=5),
+        transform=PIPELINES["mosaic_alone"](),
+    )
     batch, slot = loader._job(np.array([0, 4, 2]), threading.Event())
     assert slot is None and batch.samples is not None
     seen: list[Batch] = []

@@ -15,7 +15,7 @@ import detfmt
 from detfmt.errors import ClassNamesMismatchError, UsageError
 from detfmt.order import SubsetOrder, repeat_factors
 from detfmt.reading.mixture import Mixture
-from detfmt.torch import Loader
+from detfmt.torch import Delivery, Loader, Sampling
 from tests.datasets import make_dataset, make_sharded_root, sample_labels, varied_shapes
 
 SHARED = Path(os.environ.get("DETFMT_SHARED_DATA",
@@ -42,7 +42,14 @@ def write_named(path, n, classes, seed=0):
 
 def test_mixture_batches_are_the_sources_samples(sources):
     a, b = sources
-    loader = Loader([a, b], 5, weights=[0.5, 0.5], epoch_length=40, seed=3, num_threads=2)
+    loader = Loader(
+        [a, b],
+        5,
+        seed=3,
+        delivery=Delivery(num_threads=2),
+        weights=[0.5, 0.5],
+        epoch_length=40,
+    )
     mix = loader.ds
     assert isinstance(mix, Mixture) and len(mix) == 41 and loader.order == "mixture"
     batches = list(loader)
@@ -80,7 +87,7 @@ def test_ring_data_loader_reads_a_mixture_like_the_loader(tmp_path, sources):
     assert again.class_names == mix.class_names and len(again) == len(mix)
     np.testing.assert_array_equal(again.batch([0, 31, 35]).classes, mix.batch([0, 31, 35]).classes)
     again.close()
-    want = list(Loader(mix, 4, seed=7, num_threads=1))
+    want = list(Loader(mix, 4, seed=7, delivery=Delivery(num_threads=1)))
     ring = RingDataLoader(mix, 4, num_workers=2, seed=7)
     got = list(ring)
     assert len(got) == len(want) == 6
@@ -96,7 +103,14 @@ def test_ring_data_loader_reads_a_mixture_like_the_loader(tmp_path, sources):
 def test_mixture_proportions_over_an_epoch(tmp_path):
     parts = [make_dataset(tmp_path / f"d{k}", [(8, 8)] * n) for k, n in enumerate((50, 20, 7))]
     weights = [0.6, 0.3, 0.1]
-    loader = Loader(parts, 10, weights=weights, epoch_length=600, seed=1, num_threads=2)
+    loader = Loader(
+        parts,
+        10,
+        seed=1,
+        delivery=Delivery(num_threads=2),
+        weights=weights,
+        epoch_length=600,
+    )
     source, _ = loader.ds.locate(np.concatenate([b.indices.numpy() for b in loader]))
     share = np.bincount(source, minlength=3) / len(source)
     np.testing.assert_allclose(share, weights, atol=1 / 600)
@@ -111,9 +125,9 @@ def test_resume_on_another_world_size(sources, sampling):
     remaining position exactly once (S-19, S-20 on the epoch's own length)."""
     a, b = sources
     options = ({"weights": [0.7, 0.3], "epoch_length": 50} if sampling == "mixture"
-               else {"repeat_threshold": 2.0})
+               else {"sampling": Sampling(repeat_threshold=2.0)})
     data = [a, b] if sampling == "mixture" else a
-    one = Loader(data, 4, seed=6, num_threads=2, **options)
+    one = Loader(data, 4, seed=6, delivery=Delivery(num_threads=2), **options)
     one.set_epoch(1)
     order = one.epoch_order().tolist()
     it = iter(one)
@@ -122,8 +136,8 @@ def test_resume_on_another_world_size(sources, sampling):
     it.close()
     ranks = []
     for r in range(2):
-        loader = Loader(data, 3, rank=r, world_size=2, drop_last=False, num_threads=1,
-                        **options)
+        loader = Loader(data, 3, rank=r, world_size=2, drop_last=False,
+                        delivery=Delivery(num_threads=1), **options)
         loader.load_state_dict(state)
         ranks.append([bt.indices.tolist() for bt in loader])
     rest = [i for t in range(len(ranks[0])) for r in range(2) for i in ranks[r][t]]
@@ -150,7 +164,7 @@ def test_class_names_must_agree_or_be_mapped(tmp_path):
                   class_map=[None, None, {"kitty": "cat"}])
     assert mix.class_names == ["cat", "dog", "bird"]
     names = {0: animals.class_names, 1: reversed_.class_names, 2: renamed.class_names}
-    loader = Loader(mix, 6, shuffle=True, seed=2, num_threads=1)
+    loader = Loader(mix, 6, shuffle=True, seed=2, delivery=Delivery(num_threads=1))
     seen = 0
     for batch in loader:
         source, local = mix.locate(batch.indices.numpy())
@@ -176,7 +190,7 @@ def test_mixture_checks_its_arguments(sources, tmp_path):
     with pytest.raises(UsageError):
         Loader([a, b], 4, shuffle=False)  # a mixture is sampled by weight
     with pytest.raises(UsageError):
-        Loader(a, 4, order="quasi_random", repeat_threshold=0.1)
+        Loader(a, 4, sampling=Sampling(order="quasi_random", repeat_threshold=0.1))
     with pytest.raises(UsageError):
         Mixture("not-a-list")
     fields = tmp_path / "f"
@@ -192,14 +206,27 @@ def test_subset_order_reads_each_rank_share_once(sources):
     seen = []
     for rank in range(3):
         share = SubsetOrder.share(len(a), rank, 3)
-        loader = Loader(a, 4, order=share, rank=0, world_size=1, drop_last=False)
+        loader = Loader(
+            a,
+            4,
+            rank=0,
+            world_size=1,
+            drop_last=False,
+            sampling=Sampling(order=share),
+        )
         seen += [i for bt in loader for i in bt.indices.tolist()]
     assert seen == list(range(len(a)))
 
 
 def test_repeat_factors_match_labels(sources):
     a, _ = sources
-    loader = Loader(a, 4, repeat_threshold=0.5, seed=2, num_threads=1)
+    loader = Loader(
+        a,
+        4,
+        seed=2,
+        sampling=Sampling(repeat_threshold=0.5),
+        delivery=Delivery(num_threads=1),
+    )
     images = [i for i in range(len(a)) for _ in a[i].classes]
     classes = [c for i in range(len(a)) for c in a[i].classes.tolist()]
     np.testing.assert_array_equal(loader.schedule.spec.factors,
@@ -228,7 +255,13 @@ def test_repeat_factor_sampling_on_coco128(coco128):
     having = {c: sum(c in s for s in presence) for s in presence for c in s}
     per_class = {c: max(1.0, math.sqrt(t / (k / len(ds)))) for c, k in having.items()}
     want = np.array([max((per_class[c] for c in s), default=1.0) for s in presence])
-    loader = Loader(ds, 16, repeat_threshold=t, seed=0, num_threads=2)
+    loader = Loader(
+        ds,
+        16,
+        seed=0,
+        sampling=Sampling(repeat_threshold=t),
+        delivery=Delivery(num_threads=2),
+    )
     np.testing.assert_array_equal(loader.schedule.spec.factors, want)
     assert (want > 1).sum() > 20 and (want == 1).sum() > 20  # both kinds exist in coco128
     visits = np.zeros(len(ds))

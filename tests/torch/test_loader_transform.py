@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from detfmt.torch import Batch, Loader
+from detfmt.torch import Batch, Delivery, Loader
 from detfmt.torch.threads import thread_budget
 from tests.datasets import varied_shapes
 from tests.torch.test_loader import assert_same_as_reader, check_batch
@@ -41,8 +41,8 @@ def test_transform_runs_in_the_loader_threads_in_epoch_order(make_any):
         seen.append((threading.current_thread().name, batch.indices.tolist()))
         return flip(batch)
 
-    plain = [b.indices.tolist() for b in Loader(ds, 3, seed=2, num_threads=3)]
-    loader = Loader(ds, 3, seed=2, num_threads=3, prefetch=6, transform=record)
+    plain = [b.indices.tolist() for b in Loader(ds, 3, seed=2, delivery=Delivery(num_threads=3))]
+    loader = Loader(ds, 3, seed=2, delivery=Delivery(num_threads=3, prefetch=6), transform=record)
     out = list(loader)
     assert [b.indices.tolist() for b in out] == plain == [rows for _, rows in seen]
     assert all(name.startswith("detfmt-loader") for name, _ in seen)
@@ -55,14 +55,19 @@ def test_transform_runs_in_the_loader_threads_in_epoch_order(make_any):
 
 def test_convert_yields_its_result_and_state_counts_delivered_batches(make_any):
     ds = make_any(varied_shapes(20))
-    loader = Loader(ds, 4, seed=1, num_threads=2, prefetch=4,
-                    convert=lambda b: {"n": len(b), "idx": b.indices.tolist()})
+    loader = Loader(
+        ds,
+        4,
+        seed=1,
+        delivery=Delivery(num_threads=2, prefetch=4),
+        convert=lambda b: {"n": len(b), "idx": b.indices.tolist()},
+    )
     it = iter(loader)
     first = next(it)
     assert set(first) == {"n", "idx"} and first["n"] == 4
     assert loader.state_dict()["samples_seen"] == 4  # prefetched batches do not count
     it.close()
-    resumed = Loader(ds, 4, num_threads=1, convert=lambda b: b.indices.tolist())
+    resumed = Loader(ds, 4, delivery=Delivery(num_threads=1), convert=lambda b: b.indices.tolist())
     resumed.load_state_dict(loader.state_dict())
     rest = list(resumed)
     assert [first["idx"], *rest] == [b.indices.tolist() for b in Loader(ds, 4, seed=1)]
@@ -81,11 +86,16 @@ def test_thread_counts_are_the_loaders_not_the_trainers(make_any):
     before = torch.get_num_threads()
     torch.set_num_threads(1)  # what Ultralytics does on the training thread
     try:
-        list(Loader(ds, 4, num_threads=2, transform=probe, transform_threads=3))
+        list(Loader(ds, 4, delivery=Delivery(num_threads=2, transform_threads=3), transform=probe))
         assert seen and set(seen) == {(3, 3, 3)}
         assert torch.get_num_threads() == 1 and thread_budget() is None  # the trainer's own
         seen.clear()  # torch's own count apart from the per-sample pool's
-        list(Loader(ds, 4, num_threads=2, transform=probe, transform_threads=3, torch_threads=2))
+        list(Loader(
+            ds,
+            4,
+            delivery=Delivery(num_threads=2, transform_threads=3, torch_threads=2),
+            transform=probe,
+        ))
         assert seen and set(seen) == {(2, 3, 3)}
         assert torch.get_num_threads() == 1 and thread_budget() is None
     finally:
@@ -94,11 +104,11 @@ def test_thread_counts_are_the_loaders_not_the_trainers(make_any):
 
 def test_a_transform_returning_new_tensors_frees_the_buffer_at_once(make_any):
     ds = make_any(varied_shapes(40))
-    loader = Loader(ds, 4, seed=3, num_threads=2, prefetch=2, transform=flip)
+    loader = Loader(ds, 4, seed=3, delivery=Delivery(num_threads=2, prefetch=2), transform=flip)
     held = list(loader)  # all ten outputs held: none of them references a ring buffer
     assert len(held) == 10
     assert len(loader.ring.slots) <= loader.prefetch + loader.num_threads
-    plain = Loader(ds, 4, seed=3, num_threads=2, prefetch=2)
+    plain = Loader(ds, 4, seed=3, delivery=Delivery(num_threads=2, prefetch=2))
     held_plain = list(plain)  # without a transform every held batch keeps its buffer
     assert len(plain.ring.slots) >= len(held_plain)
 
@@ -120,7 +130,13 @@ def test_in_place_transforms_keep_held_batches_and_padding_exact(make_any, canva
         hwc[...] = (batch.indices.numpy() % 251 + 1).astype(np.uint8)[:, None, None, None]
         return batch
 
-    loader = Loader(ds, 3, seed=4, num_threads=2, prefetch=2, transform=scribble, canvas=canvas)
+    loader = Loader(
+        ds,
+        3,
+        seed=4,
+        delivery=Delivery(num_threads=2, prefetch=2, canvas=canvas),
+        transform=scribble,
+    )
     held = []
     for epoch in range(2):
         for k, batch in enumerate(loader):
@@ -134,7 +150,8 @@ def test_in_place_transforms_keep_held_batches_and_padding_exact(make_any, canva
 
 def test_transform_without_stage_state_matches_reader(make_any):
     ds = make_any(varied_shapes(15))
-    for batch in Loader(ds, 4, num_threads=2, transform=lambda b: b):  # identity, in place
+    identity = Loader(ds, 4, delivery=Delivery(num_threads=2), transform=lambda b: b)  # in place
+    for batch in identity:
         check_batch(batch, ds)
         assert_same_as_reader(batch, ds)
 
@@ -147,24 +164,30 @@ def test_per_batch_seeds_replay_after_a_resume(make_any):
     def draws(loader):
         return [(b.indices.tolist(), b.extras["draw"].tolist()) for b in loader]
 
-    full = Loader(ds, 4, seed=8, num_threads=1, transform=Noisy())
+    full = Loader(ds, 4, seed=8, delivery=Delivery(num_threads=1), transform=Noisy())
     full.set_epoch(1)
     expected = draws(full)
     assert len({tuple(d) for _, d in expected}) == len(expected)  # each batch its own draws
-    first = Loader(ds, 4, seed=8, num_threads=3, transform=Noisy())
+    first = Loader(ds, 4, seed=8, delivery=Delivery(num_threads=3), transform=Noisy())
     first.set_epoch(1)
     it = iter(first)
     seen = [next(it) for _ in range(3)]
     state = first.state_dict()
     it.close()
-    second = Loader(ds, 4, num_threads=2, transform=Noisy())
+    second = Loader(ds, 4, delivery=Delivery(num_threads=2), transform=Noisy())
     second.load_state_dict(state)
     got = [(b.indices.tolist(), b.extras["draw"].tolist()) for b in seen] + draws(second)
     assert got == expected
-    again = Loader(ds, 4, seed=8, num_threads=2, transform=Noisy())
+    again = Loader(ds, 4, seed=8, delivery=Delivery(num_threads=2), transform=Noisy())
     again.set_epoch(2)
     assert draws(again) != expected  # another epoch, other draws
-    unseeded = Loader(ds, 4, seed=8, num_threads=1, transform=Noisy(), transform_reseed=False)
+    unseeded = Loader(
+        ds,
+        4,
+        seed=8,
+        delivery=Delivery(num_threads=1, transform_reseed=False),
+        transform=Noisy(),
+    )
     unseeded.set_epoch(1)
     assert draws(unseeded) != expected
 
@@ -177,13 +200,19 @@ def test_augment_pipeline_replays_after_a_resume(make_any):
         return augment.Compose([augment.RandomFlip(p=0.5), augment.RandomHSV(),
                                 augment.RandomAffine(size=32, degrees=10, scale=0.3)])
 
-    full = [b for b in Loader(ds, 4, seed=3, num_threads=2, transform=pipeline())]
-    first = Loader(ds, 4, seed=3, num_threads=2, transform=pipeline())
+    full = [b for b in Loader(
+        ds,
+        4,
+        seed=3,
+        delivery=Delivery(num_threads=2),
+        transform=pipeline(),
+    )]
+    first = Loader(ds, 4, seed=3, delivery=Delivery(num_threads=2), transform=pipeline())
     it = iter(first)
     head = [next(it) for _ in range(2)]
     state = first.state_dict()
     it.close()
-    second = Loader(ds, 4, num_threads=1, transform=pipeline())
+    second = Loader(ds, 4, delivery=Delivery(num_threads=1), transform=pipeline())
     second.load_state_dict(state)
     for a, b in zip(full, head + list(second), strict=True):
         assert torch.equal(a.images, b.images) and torch.equal(a.boxes, b.boxes)
@@ -199,7 +228,7 @@ def test_a_failing_transform_raises_at_its_batch_and_the_loader_recovers(make_an
             raise RuntimeError("boom")
         return flip(batch)
 
-    loader = Loader(ds, 4, seed=1, num_threads=2, transform=fails_on_third)
+    loader = Loader(ds, 4, seed=1, delivery=Delivery(num_threads=2), transform=fails_on_third)
     got = []
     with pytest.raises(RuntimeError, match="boom"):
         for batch in loader:
@@ -212,7 +241,7 @@ def test_a_failing_transform_raises_at_its_batch_and_the_loader_recovers(make_an
 
 def test_transform_can_be_swapped_between_epochs(make_any):
     ds = make_any(varied_shapes(8))
-    loader = Loader(ds, 4, shuffle=False, num_threads=1, transform=flip)
+    loader = Loader(ds, 4, shuffle=False, delivery=Delivery(num_threads=1), transform=flip)
     flipped = [b.images.clone() for b in loader]
     loader.transform = None
     plain = [b.images.clone() for b in loader]
@@ -262,7 +291,7 @@ def test_stopping_early_while_transforms_run_leaves_nothing_behind(make_any):
         time.sleep(0.02)
         return flip(batch)
 
-    loader = Loader(ds, 2, seed=5, num_threads=3, prefetch=6, transform=slow)
+    loader = Loader(ds, 2, seed=5, delivery=Delivery(num_threads=3, prefetch=6), transform=slow)
     for _ in range(3):
         it = iter(loader)
         next(it)
@@ -283,9 +312,14 @@ def test_cuda_transform_runs_on_the_loader_stream_and_matches_cpu(make_any):
         streams.append(torch.cuda.current_stream().cuda_stream)
         return flip(batch)
 
-    cpu = [b for b in Loader(ds, 4, seed=2, num_threads=2, transform=flip)]
-    gpu = [b for b in Loader(ds, 4, seed=2, num_threads=2, device="cuda",
-                             transform=on_device)]
+    cpu = [b for b in Loader(ds, 4, seed=2, delivery=Delivery(num_threads=2), transform=flip)]
+    gpu = [b for b in Loader(
+        ds,
+        4,
+        seed=2,
+        delivery=Delivery(num_threads=2, device="cuda"),
+        transform=on_device,
+    )]
     assert len(set(streams)) == 1 and streams[0] != torch.cuda.default_stream().cuda_stream
     for a, b in zip(cpu, gpu, strict=True):
         assert torch.equal(a.images, b.images.cpu()) and torch.equal(a.boxes, b.boxes.cpu())

@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 import detfmt
-from detfmt.workflows.show import PALETTE
+from detfmt.render import PALETTE
 from tests.datasets import make_dataset, make_sharded_root, varied_shapes
 from tests.view.conftest import BOXES, GRAY, HOSTILE, open_page, serving, wait_ready
 

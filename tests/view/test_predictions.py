@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from detfmt.render import PALETTE
 from detfmt.view import Viewer
 from detfmt.view.index import Query
 from detfmt.view.predictions import match
-from detfmt.workflows.show import PALETTE
 from tests.view.conftest import GRAY, open_page, serving
 from tests.view.test_http import _get
 
