@@ -1,11 +1,15 @@
 """Issue 25 (hardening, second round), properties 4 to 8.
 
+4. Clocks cannot disable gc: a lease dated more than its ttl in the future is not live.
 6. A stored progressive JPEG is not a CPU bomb on read (SPEC R-50: at most 256 scans).
 """
 
 from __future__ import annotations
 
 import io
+import json
+import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -80,3 +84,62 @@ def test_stored_jpeg_with_thousands_of_scans_is_refused_before_decoding(
     assert info.value.index == 0
     assert no_decoder == []
     assert ds[1].image.shape[2] == 3  # the other samples still read
+
+
+# ------------------------------------------------------------------ 4: leases from the future
+
+TEN_YEARS = 10 * 365 * 86400.0
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    from detfmt.shard.write import end_write
+
+    path = rh.build_sharded(tmp_path / "root")
+    end_write(path)
+    return path
+
+
+def _orphan_and_lease(root: Path, ahead: float) -> tuple[Path, Path]:
+    """An unlisted shard file (old) and another host's lease (ttl 60 s) dated ``ahead``."""
+    orphan = root / "shards" / "part-orphan.detfmt"
+    orphan.write_bytes(b"DETFMTPK" + bytes(64))
+    os.utime(orphan, (1e9, 1e9))
+    lease = root / f".detfmt-lease-{'f' * 32}.json"
+    lease.write_text(json.dumps({"token": "f" * 32, "host": "another-host", "pid": 1,
+                                 "ttl": 60.0, "created": time.time() + ahead}))
+    os.utime(lease, (time.time() + ahead, time.time() + ahead))
+    return orphan, lease
+
+
+def test_a_lease_dated_ten_years_ahead_does_not_stop_gc(root: Path) -> None:
+    from detfmt.shard.gc import collect
+    from detfmt.storage import open_storage
+
+    orphan, lease = _orphan_and_lease(root, TEN_YEARS)
+    report = collect(open_storage(root), grace_seconds=0)
+    assert not orphan.exists() and not lease.exists()
+    assert sorted(report.removed) == sorted([str(orphan), str(lease)])
+    assert report.future_leases == [str(lease)] and report.honoured_leases == []
+
+
+def test_a_lease_slightly_ahead_is_honoured_and_named(root: Path) -> None:
+    """Clocks within a ttl of each other: the lease holds, and gc says which one held."""
+    from detfmt.shard.gc import collect
+    from detfmt.storage import open_storage
+
+    orphan, lease = _orphan_and_lease(root, 30.0)
+    report = collect(open_storage(root), grace_seconds=0)
+    assert orphan.exists() and lease.exists() and report.removed == []
+    assert report.honoured_leases == [str(lease)] and report.future_leases == []
+
+
+def test_gc_cli_names_the_leases(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from detfmt import cli
+
+    _, lease = _orphan_and_lease(root, 30.0)
+    assert cli.main(["gc", str(root), "--grace", "0"]) == 0
+    assert str(lease) in capsys.readouterr().out
+    os.utime(lease, (time.time() + TEN_YEARS, time.time() + TEN_YEARS))
+    assert cli.main(["gc", str(root), "--grace", "0"]) == 0
+    assert str(lease) in capsys.readouterr().out and not lease.exists()
