@@ -147,6 +147,9 @@ class DirectorySource(MemberSource):
         except NotADirectoryError as error:
             raise errors.NotDetfmtError("a detfmt dataset is a directory", path=self.root
                                         ) from error
+        except OSError as error:  # permission, a name too long, an I/O error
+            raise errors.UnsafePathError(f"cannot open the dataset directory ({error.strerror})",
+                                         path=self.root) from error
         self._identities: dict[str, Identity] = {}
 
     def _close_dir(self) -> None:

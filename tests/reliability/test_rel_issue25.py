@@ -2,14 +2,18 @@
 
 4. Clocks cannot disable gc: a lease dated more than its ttl in the future is not live.
 5. Opening while another process overwrites sees the old or the new dataset, never an error.
+7. Special files and full disks give typed errors; every CLI failure is one line with an id.
 6. A stored progressive JPEG is not a CPU bomb on read (SPEC R-50: at most 256 scans).
 """
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import os
+import resource
+import signal
 import subprocess
 import sys
 import time
@@ -193,3 +197,105 @@ def test_opening_while_another_process_overwrites_never_fails(tmp_path: Path) ->
     assert writer.returncode == 0, writer.stderr[-2000:]
     assert [r["errors"] for r in results] == [{}, {}], results
     assert {size for r in results for size in r["sizes"]} <= {3, 4}
+
+
+# ------------------------------------------------ 7: special files, full disks, the CLI
+
+
+def _cli(*args: str, limit_bytes: int | None = None) -> subprocess.CompletedProcess[str]:
+    """``python -m detfmt ARGS`` in a child (killed after 60 s: a hang fails the test);
+    ``limit_bytes``: the largest file it may write (RLIMIT_FSIZE: a real EFBIG, a full disk
+    without a mount)."""
+    def limit() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, limit_bytes))
+
+    return subprocess.run([sys.executable, "-m", "detfmt", *args], env=rh.child_env(),
+                          capture_output=True, text=True, timeout=60,
+                          preexec_fn=limit if limit_bytes is not None else None)
+
+
+def _one_line_failure(out: subprocess.CompletedProcess[str], rule: str) -> None:
+    assert out.returncode not in (0, None), out
+    assert "Traceback" not in out.stderr, out.stderr[-3000:]
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].endswith(f"[{rule}]"), out.stderr[-3000:]
+
+
+def test_gc_on_a_fifo_manifest_is_one_typed_line(root: Path) -> None:
+    (root / "manifest.json").unlink()
+    os.mkfifo(root / "manifest.json")
+    _one_line_failure(_cli("gc", str(root)), "PATH_UNSAFE")
+
+
+def test_overwrite_onto_a_fifo_header_is_refused_without_hanging(tmp_path: Path) -> None:
+    target = rh.build_dataset(tmp_path / "ds", n=2)
+    (target / "header.json").unlink()
+    os.mkfifo(target / "header.json")
+    code = ("import sys, relharness as rh, detfmt\n"
+            "try:\n    rh.build_dataset(sys.argv[1], n=2, overwrite=True)\n"
+            "except detfmt.DetfmtError as error:\n    print(error.rule)\n")
+    try:
+        out = subprocess.run([sys.executable, "-c", code, str(target)], env=rh.child_env(),
+                             capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("write(overwrite=True) blocked on a FIFO header.json")
+    assert out.stdout.strip() == "TARGET_EXISTS", out.stderr[-2000:]
+    assert sorted(p.name for p in target.iterdir()) != []  # the target is left as it was
+
+
+def test_append_on_a_full_disk_is_one_typed_line_and_changes_nothing(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    assert _cli("append", str(root), str(rh.build_dataset(tmp_path / "a", n=2))).returncode == 0
+    before = rh.tree_digest(root)
+    big = rh.build_dataset(tmp_path / "big", n=24, seed=3, lo=60, hi=64)
+    out = _cli("append", str(root), str(big), limit_bytes=64 * 1024)
+    _one_line_failure(out, "WRITE_FAILED")
+    assert rh.tree_digest(root) == before  # nothing added, no temporary left
+
+
+def test_show_into_a_missing_folder_is_one_typed_line(tmp_path: Path) -> None:
+    ds = rh.build_dataset(tmp_path / "ds", n=2)
+    _one_line_failure(_cli("show", str(ds), "--out", str(tmp_path / "missing" / "dir" / "g.png")),
+                      "USAGE")
+
+
+def test_validate_on_an_unopenable_path_is_one_typed_line(tmp_path: Path) -> None:
+    long = tmp_path / ("x" * 300)  # ENAMETOOLONG: opening fails as a permission error would
+    out = _cli("validate", str(long))
+    assert out.returncode not in (0, None) and "Traceback" not in out.stderr, out.stderr[-3000:]
+    assert out.stdout.strip() or out.stderr.strip()
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")
+def test_validate_on_an_unreadable_directory_is_one_typed_line(tmp_path: Path) -> None:
+    ds = rh.build_dataset(tmp_path / "ds", n=2)
+    ds.chmod(0)
+    try:
+        out = _cli("validate", str(ds))
+    finally:
+        ds.chmod(0o755)
+    assert out.returncode not in (0, None) and "Traceback" not in out.stderr, out.stderr[-3000:]
+
+
+@pytest.mark.parametrize("value", ["1e400", "inf", "nan", "-inf", "1e30"])
+def test_split_with_a_non_finite_share_is_one_typed_line(tmp_path: Path, value: str) -> None:
+    ds = rh.build_dataset(tmp_path / "ds", n=2)
+    _one_line_failure(_cli("split", str(ds), str(tmp_path / "out"), "--val", value), "USAGE")
+
+
+def test_any_os_error_of_a_command_is_one_typed_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The CLI's guard: an OSError no command turned into a typed error still prints one line
+    with an id (IO_ERROR), never a traceback."""
+    from detfmt import cli, show
+
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise OSError(errno.EIO, "Input/output error", str(tmp_path / "g.png"))
+
+    monkeypatch.setattr(show, "render_grid", broken)
+    assert cli.main(["show", str(rh.build_dataset(tmp_path / "ds", n=2)), "--out",
+                     str(tmp_path / "g.png")]) != 0
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].endswith("[IO_ERROR]"), lines
