@@ -17,6 +17,7 @@ import zstandard
 from PIL import Image
 
 from detfmt import spec
+from detfmt._image import pixel_limit
 from detfmt._png_jpeg import check_jpeg, check_png
 from detfmt.errors import DecodeError, UsageError
 
@@ -78,12 +79,10 @@ def decode_pixel_limit(codec: str) -> int | None:
     """The most pixels `decode_into` accepts in one payload of ``codec`` (None: only the
     format's side limits), so a writer never stores what this reader would refuse.
 
-    PNG payloads (and JPEG ones without simplejpeg) are decoded by Pillow with its
-    decompression-bomb warning turned into an error: above ``Image.MAX_IMAGE_PIXELS`` they fail.
+    None for every codec: Pillow decodes PNG payloads (and JPEG ones without simplejpeg) under
+    `pixel_limit`, which lifts its bomb limit to at least 2^28 pixels, the format's largest
+    image (16384 x 16384), whatever the user's process set.
     """
-    if codec == "png" or (codec == "jpeg" and simplejpeg is None):
-        limit = Image.MAX_IMAGE_PIXELS
-        return None if limit is None else int(limit)
     return None
 
 
@@ -265,7 +264,7 @@ def _decode_jpeg_into(payload, out: np.ndarray, *, path: str, index: int) -> Non
 def _decode_pil(payload, height: int, width: int, kind: str, *, path: str, index: int
                 ) -> np.ndarray:
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), pixel_limit():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             image = Image.open(io.BytesIO(payload), formats=[kind])
             if image.size != (width, height):

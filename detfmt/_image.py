@@ -7,7 +7,8 @@ One place decides how files become pixels, so the writer and every converter agr
   (composited on black would invent pixels), 16-bit values are scaled by 1/257 (not clipped).
 
 Decoding an untrusted file costs bounded work: the pixel count is checked from the header before
-any pixel is decoded (``MAX_SOURCE_PIXELS``, and the caller's own limits through ``check``), and a
+any pixel is decoded (``MAX_SOURCE_PIXELS``, and the caller's own limits through ``check``;
+`pixel_limit` lifts Pillow's lower global bomb limit to it while detfmt opens an image), and a
 progressive JPEG may have at most ``MAX_JPEG_SCANS`` scans, because each scan is a pass over the
 whole coefficient buffer (a small file with thousands of empty scans costs minutes of CPU).
 docs/reliability.md gives the measured memory peaks per decoded byte.
@@ -15,11 +16,13 @@ docs/reliability.md gives the measured memory peaks per decoded byte.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import os
+import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -35,6 +38,7 @@ __all__ = [
     "count_jpeg_scans",
     "load_rgb",
     "pil_to_rgb",
+    "pixel_limit",
     "probe_image",
     "resize_rgb",
     "scaled_size",
@@ -46,6 +50,34 @@ MAX_SOURCE_PIXELS = 1 << 28  # 268 M pixels: refuse decompression bombs before d
 MAX_JPEG_SCANS = 256
 EXIF_ORIENTATION = 0x0112
 _SWAPS_AXES = frozenset({5, 6, 7, 8})  # EXIF orientations that exchange width and height
+
+
+_limit_lock = threading.Lock()
+_limit_users = 0
+_limit_saved: float | None = None
+
+
+@contextlib.contextmanager
+def pixel_limit() -> Iterator[None]:
+    """While detfmt opens an image, Pillow's decompression-bomb limit (a module global, 89.5 M
+    pixels by default) is at least ``MAX_SOURCE_PIXELS``, so detfmt's own documented limit is
+    the one that applies (checked from the header before decoding). Nested and concurrent
+    users share one lift; the last to leave restores the user's value, unless the user changed
+    it meanwhile. A user's higher limit, or None (no limit), is kept."""
+    global _limit_users, _limit_saved
+    with _limit_lock:
+        if _limit_users == 0:
+            _limit_saved = Image.MAX_IMAGE_PIXELS
+            if _limit_saved is not None and _limit_saved < MAX_SOURCE_PIXELS:
+                Image.MAX_IMAGE_PIXELS = MAX_SOURCE_PIXELS
+        _limit_users += 1
+    try:
+        yield
+    finally:
+        with _limit_lock:
+            _limit_users -= 1
+            if _limit_users == 0 and Image.MAX_IMAGE_PIXELS == MAX_SOURCE_PIXELS:
+                Image.MAX_IMAGE_PIXELS = _limit_saved
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,7 +117,7 @@ def probe_image(path: str | os.PathLike[str], *, index: int | None = None) -> Im
     """
     name = os.fspath(path)
     try:
-        with Image.open(name) as image:
+        with pixel_limit(), Image.open(name) as image:
             width, height = image.size
             return ImageInfo(int(width), int(height), _orientation(image), image.format)
     except FileNotFoundError as error:
@@ -103,7 +135,7 @@ def check_decodes(path: str | os.PathLike[str], *, index: int | None = None) -> 
     info = probe_image(path, index=index)
     name = os.fspath(path)
     try:
-        with warnings.catch_warnings(), Image.open(name) as image:
+        with warnings.catch_warnings(), pixel_limit(), Image.open(name) as image:
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             _check_before_decode(image, image.fp, name, index)
             if image.format == "JPEG":
@@ -178,7 +210,7 @@ def load_rgb(
             f"cannot open image: {error.strerror}", rule="IMAGE_INVALID", path=name, index=index
         ) from error
     try:
-        with handle, warnings.catch_warnings():
+        with handle, warnings.catch_warnings(), pixel_limit():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             image = Image.open(handle)
             _check_before_decode(image, handle, name, index)

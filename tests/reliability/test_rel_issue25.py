@@ -3,6 +3,7 @@
 4. Clocks cannot disable gc: a lease dated more than its ttl in the future is not live.
 5. Opening while another process overwrites sees the old or the new dataset, never an error.
 7. Special files and full disks give typed errors; every CLI failure is one line with an id.
+8. One pixel limit: detfmt's own (2^28 pixels), not Pillow's global bomb limit (89.5 M).
 6. A stored progressive JPEG is not a CPU bomb on read (SPEC R-50: at most 256 scans).
 """
 
@@ -14,9 +15,12 @@ import json
 import os
 import resource
 import signal
+import struct
 import subprocess
 import sys
+import threading
 import time
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -299,3 +303,104 @@ def test_any_os_error_of_a_command_is_one_typed_line(
                      str(tmp_path / "g.png")]) != 0
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].endswith("[IO_ERROR]"), lines
+
+
+# --------------------------------------------------------------------- 8: one pixel limit
+
+PILLOW_LIMIT = 1000  # a process's own Pillow limit, far below a 40x40 image
+
+
+@pytest.fixture
+def low_pillow_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", PILLOW_LIMIT)
+
+
+def _png_file(path: Path, side: int = 40) -> Path:
+    pixels = np.random.default_rng(0).integers(0, 256, (side, side, 3), dtype=np.uint8)
+    Image.fromarray(pixels).save(path, format="PNG")
+    return path
+
+
+def test_write_applies_detfmt_limit_not_pillow_global(tmp_path: Path,
+                                                      low_pillow_limit: None) -> None:
+    import detfmt
+
+    detfmt.write([{"image": _png_file(tmp_path / "a.png"), "boxes": np.zeros((0, 4)),
+                   "classes": np.zeros(0, np.int32)}], tmp_path / "ds", classes=["a"],
+                 max_side=16, progress=False)
+    assert detfmt.open(tmp_path / "ds")[0].image.shape == (16, 16, 3)
+    assert Image.MAX_IMAGE_PIXELS == PILLOW_LIMIT  # the user's setting is back
+
+
+def test_read_and_probe_apply_detfmt_limit(tmp_path: Path, low_pillow_limit: None) -> None:
+    import detfmt
+    from detfmt import _image
+
+    source = _png_file(tmp_path / "a.png")
+    assert _image.check_decodes(source).width == 40
+    assert _image.probe_image(source).width == 40
+    ds = rh.build_dataset(tmp_path / "ds", n=2, codec="png", lo=40, hi=48)
+    with detfmt.open(ds) as opened:
+        assert opened[0].image.shape[0] >= 40
+    assert Image.MAX_IMAGE_PIXELS == PILLOW_LIMIT
+
+
+def test_detfmt_limit_still_refuses_a_bomb(tmp_path: Path) -> None:
+    """A PNG header claiming 20000 x 20000 pixels (over 2^28) is refused before decoding."""
+    from detfmt import _image
+    from detfmt.errors import InvalidSampleError
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return (struct.pack(">I", len(body)) + kind + body
+                + struct.pack(">I", zlib.crc32(kind + body)))
+
+    bomb = tmp_path / "bomb.png"
+    bomb.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 20000,
+                     20000, 8, 2, 0, 0, 0)) + chunk(b"IDAT", zlib.compress(b"\0" * 64))
+                     + chunk(b"IEND", b""))
+    with pytest.raises(InvalidSampleError) as info:
+        _image.load_rgb(bomb)
+    assert info.value.rule == "IMAGE_INVALID"
+
+
+def test_concurrent_opens_restore_the_user_limit(tmp_path: Path,
+                                                 low_pillow_limit: None) -> None:
+    from detfmt import _image
+
+    source = _png_file(tmp_path / "a.png", side=40)
+    failures: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            for _ in range(20):
+                _image.load_rgb(source)
+        except BaseException as error:  # reported below
+            failures.append(error)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == [] and Image.MAX_IMAGE_PIXELS == PILLOW_LIMIT
+
+
+BIG_SOURCE = """
+import sys, numpy as np, detfmt
+from PIL import Image
+source, target = sys.argv[1], sys.argv[2]
+Image.new("L", (9472, 9472), 7).save(source, compress_level=1)
+detfmt.write([{"image": source, "boxes": np.zeros((0, 4)), "classes": np.zeros(0, np.int32)}],
+             target, classes=["a"], max_side=1024, progress=False)
+print(detfmt.open(target)[0].image.shape, Image.MAX_IMAGE_PIXELS)
+"""
+
+
+def test_a_9472_square_png_source_is_written_with_max_side(tmp_path: Path) -> None:
+    """The issue's case at full size, with Pillow's default limit: 89.7 M pixels, over
+    Pillow's 89.5 M and under detfmt's 2^28 (about 1 GB peak, in a child)."""
+    out = subprocess.run([sys.executable, "-c", BIG_SOURCE, str(tmp_path / "big.png"),
+                          str(tmp_path / "ds")], env=rh.child_env(), capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["(1024,", "1024,", "3)", "89478485"]  # Pillow default back
