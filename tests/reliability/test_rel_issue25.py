@@ -1,5 +1,6 @@
-"""Issue 25 (hardening, second round), properties 4 to 8.
+"""Issue 25 (hardening, second round), properties 1 and 4 to 8.
 
+1. Readers sharing one bounded cache never fail each other (cross-process pins).
 4. Clocks cannot disable gc: a lease dated more than its ttl in the future is not live.
 5. Opening while another process overwrites sees the old or the new dataset, never an error.
 7. Special files and full disks give typed errors; every CLI failure is one line with an id.
@@ -404,3 +405,45 @@ def test_a_9472_square_png_source_is_written_with_max_side(tmp_path: Path) -> No
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["(1024,", "1024,", "3)", "89478485"]  # Pillow default back
+
+
+# --------------------------------------------------------- 1: one bounded cache, many readers
+
+CACHE_READER = """
+import collections, json, sys
+import numpy as np
+import detfmt
+url, cache, limit, seed, reads = sys.argv[1:6]
+rng = np.random.default_rng(int(seed))
+errors = collections.Counter()
+with detfmt.open(url, cache_dir=cache, cache_limit=int(limit), max_open=1) as ds:
+    for index in rng.integers(0, len(ds), int(reads)):
+        try:
+            ds[int(index)]
+        except detfmt.DetfmtError as error:
+            errors[error.rule] += 1
+print(json.dumps(errors))
+"""
+
+
+def test_readers_sharing_one_bounded_cache_never_fail_each_other(tmp_path: Path) -> None:
+    """Four processes read random samples of a remote root of six shards through one cache
+    bounded to about one shard (the DDP ranks or DataLoader workers of one user): no read
+    fails (the old code: FILE_MISSING when another process evicted a shard between its fetch
+    and its open)."""
+    pytest.importorskip("aiohttp")
+    sys.path.insert(0, str(rh.REPO / "tests" / "scaleout"))
+    from scaleout_servers import http_range_server
+
+    plan = tuple(("raw", 4) for _ in range(6))
+    root = rh.build_sharded(tmp_path / "root", plan=plan)
+    largest = max(p.stat().st_size for p in (root / "shards").iterdir())
+    cache = tmp_path / "cache"
+    with http_range_server(str(root)) as url:
+        children = [subprocess.Popen(
+            [sys.executable, "-c", CACHE_READER, url, str(cache), str(largest + 1), str(seed),
+             "150"], env=rh.child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True) for seed in range(4)]
+        outs = [child.communicate(timeout=600) for child in children]
+    assert [child.returncode for child in children] == [0] * 4, [e[-2000:] for _, e in outs]
+    assert [json.loads(out) for out, _ in outs] == [{}] * 4
