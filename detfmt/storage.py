@@ -579,15 +579,26 @@ class FsspecStorage(Storage):
     def where(self, rel: str) -> str:
         return f"{self.url}/{rel}" if rel else self.url
 
+    def _current(self, rel: str) -> str:
+        """The object's path, after dropping what the client cached about it (its details and
+        its parents' listings): fsspec shares one client per set of options in the process, so
+        a listing or open made earlier (``gc``, another reader) would otherwise describe an
+        object another process has since replaced (s3fs then fails "ETag no longer exists")
+        or added. One metadata request per read of a manifest or shard: small beside a GET."""
+        path = self._path(rel)
+        with contextlib.suppress(AttributeError):
+            self.fs.invalidate_cache(path)
+        return path
+
     def read(self, rel: str, limit: int) -> bytes:
-        with self.fs.open(self._path(rel), "rb") as f:
+        with self.fs.open(self._current(rel), "rb") as f:
             return f.read(limit + 1)
 
     def size(self, rel: str) -> int:
-        return int(self.fs.info(self._path(rel))["size"])
+        return int(self.fs.info(self._current(rel))["size"])
 
     def open_read(self, rel: str) -> BinaryIO:
-        return self.fs.open(self._path(rel), "rb", block_size=_CHUNK)
+        return self.fs.open(self._current(rel), "rb", block_size=_CHUNK)
 
     def list_dir(self, rel: str) -> list[StoredEntry]:
         path = self._path(rel)

@@ -1,6 +1,7 @@
 """Issue 25 (hardening, second round), properties 1 and 4 to 8.
 
 1. Readers sharing one bounded cache never fail each other (cross-process pins).
+2. A long-lived process re-reads an S3 root after others commit (moto).
 4. Clocks cannot disable gc: a lease dated more than its ttl in the future is not live.
 5. Opening while another process overwrites sees the old or the new dataset, never an error.
 7. Special files and full disks give typed errors; every CLI failure is one line with an id.
@@ -447,3 +448,54 @@ def test_readers_sharing_one_bounded_cache_never_fail_each_other(tmp_path: Path)
         outs = [child.communicate(timeout=600) for child in children]
     assert [child.returncode for child in children] == [0] * 4, [e[-2000:] for _, e in outs]
     assert [json.loads(out) for out, _ in outs] == [{}] * 4
+
+
+# ----------------------------------------------- 2: re-reading an S3 root after other commits
+
+OTHER_COMMIT = """
+import json, sys
+from detfmt.shard.append import append
+url, options, source = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
+print(append(url, [source], storage_options=options).num_samples)
+"""
+
+
+def test_a_long_lived_process_sees_commits_of_others_on_s3(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process appends to an S3 root and opens it; another process appends; this process
+    then opens, verifies and appends again, all seeing the current manifest (the old code:
+    PATH_UNSAFE "ETag no longer exists" from s3fs's cached object details)."""
+    pytest.importorskip("s3fs")
+    pytest.importorskip("moto")
+    sys.path.insert(0, str(rh.REPO / "tests" / "scaleout"))
+    import fsspec
+    from scaleout_servers import moto_s3
+
+    import detfmt
+    from detfmt.shard.append import append
+    from detfmt.shard.gc import gc
+
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    sources = [rh.build_dataset(tmp_path / f"src{k}", n=2 + k, seed=k) for k in range(3)]
+    with moto_s3() as endpoint:
+        options = {"key": "k", "secret": "s", "client_kwargs": {"endpoint_url": endpoint}}
+        fsspec.filesystem("s3", **options).call_s3("create_bucket", Bucket="bkt")
+        url = "s3://bkt/root"
+        assert append(url, [sources[0]], storage_options=options).num_samples == 2
+        assert len(detfmt.open(url, storage_options=options, cache_dir=tmp_path / "c")) == 2
+        # this process's client now caches listings and object details (fsspec shares one
+        # client per set of options): gc lists the root and shards/, another reader stats
+        assert gc(url, storage_options=options) == []
+        client = fsspec.filesystem("s3", **options)
+        client.info("bkt/root/manifest.json")
+        client.ls("bkt/root/shards")
+        env = {**rh.child_env(), "AWS_DEFAULT_REGION": "us-east-1"}
+        other = subprocess.run([sys.executable, "-c", OTHER_COMMIT, url, json.dumps(options),
+                                str(sources[1])], env=env, capture_output=True, text=True,
+                               timeout=300)
+        assert other.returncode == 0 and other.stdout.split() == ["5"], other.stderr[-2000:]
+        with detfmt.open(url, storage_options=options, cache_dir=tmp_path / "c") as ds:
+            assert len(ds) == 5
+            ds[4]
+        assert detfmt.verify(url, storage_options=options).ok
+        assert append(url, [sources[2]], storage_options=options).num_samples == 9
