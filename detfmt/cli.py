@@ -323,6 +323,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         except OSError as error:  # what no command turned into a typed error: still one line
             print(f"detfmt: {_os_error_line(error)} [IO_ERROR]", file=sys.stderr)
             return 2
+        except Exception as error:  # a bug: one line too, the traceback on request
+            if os.environ.get("DETFMT_TRACEBACK"):
+                raise
+            text = " ".join(str(error).split())[:300]
+            print(f"detfmt: internal error: {type(error).__name__}: {text} (a bug: please "
+                  "report it; DETFMT_TRACEBACK=1 shows where) [INTERNAL]", file=sys.stderr)
+            return 3
     except KeyboardInterrupt:
         print("detfmt: interrupted", file=sys.stderr)
         return 130

@@ -499,3 +499,21 @@ def test_a_long_lived_process_sees_commits_of_others_on_s3(tmp_path: Path,
             ds[4]
         assert detfmt.verify(url, storage_options=options).ok
         assert append(url, [sources[2]], storage_options=options).num_samples == 9
+
+
+def test_an_unexpected_exception_is_one_line_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from detfmt import cli, show
+
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(show, "render_grid", broken)
+    monkeypatch.delenv("DETFMT_TRACEBACK", raising=False)
+    argv = ["show", str(rh.build_dataset(tmp_path / "ds", n=2)), "--out", str(tmp_path / "g.png")]
+    assert cli.main(argv) == 3
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].endswith("[INTERNAL]"), lines
+    monkeypatch.setenv("DETFMT_TRACEBACK", "1")
+    with pytest.raises(RecursionError):
+        cli.main(argv)
