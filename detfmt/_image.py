@@ -57,6 +57,19 @@ _limit_users = 0
 _limit_saved: float | None = None
 
 
+def _limit_after_fork() -> None:
+    """A forked child has none of the threads that were inside `pixel_limit`: a fresh lock
+    (one held at the fork would never be released) and the user's value back."""
+    global _limit_lock, _limit_users
+    _limit_lock = threading.Lock()
+    if _limit_users and Image.MAX_IMAGE_PIXELS == MAX_SOURCE_PIXELS:
+        Image.MAX_IMAGE_PIXELS = _limit_saved
+    _limit_users = 0
+
+
+os.register_at_fork(after_in_child=_limit_after_fork)
+
+
 @contextlib.contextmanager
 def pixel_limit() -> Iterator[None]:
     """While detfmt opens an image, Pillow's decompression-bomb limit (a module global, 89.5 M

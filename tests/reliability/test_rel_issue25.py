@@ -387,6 +387,25 @@ def test_concurrent_opens_restore_the_user_limit(tmp_path: Path,
     assert failures == [] and Image.MAX_IMAGE_PIXELS == PILLOW_LIMIT
 
 
+def test_a_child_forked_inside_the_lift_gets_the_user_limit_back(
+        low_pillow_limit: None) -> None:
+    """A worker forked while a thread of its parent is inside `pixel_limit` (the converter's
+    pool) starts with the user's limit and a usable lock."""
+    from detfmt import _image
+
+    with _image.pixel_limit():
+        pid = os.fork()
+        if pid == 0:  # the child: exit status says what it saw
+            seen = [Image.MAX_IMAGE_PIXELS]
+            with _image.pixel_limit():
+                seen.append(Image.MAX_IMAGE_PIXELS)
+            seen.append(Image.MAX_IMAGE_PIXELS)
+            os._exit(0 if seen == [PILLOW_LIMIT, _image.MAX_SOURCE_PIXELS, PILLOW_LIMIT] else 1)
+        _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert Image.MAX_IMAGE_PIXELS == PILLOW_LIMIT
+
+
 BIG_SOURCE = """
 import sys, numpy as np, detfmt
 from PIL import Image
