@@ -729,6 +729,7 @@ def _unfilter(data: bytes, rows: int, cols: int) -> np.ndarray:
 
 SOF_ALLOWED = {0xC0, 0xC1, 0xC2}
 SEGMENTS_ALLOWED = {0xC4, 0xDB, 0xDD, 0xFE, *range(0xE0, 0xF0)}
+MAX_SCANS = 256  # §9.3 J2, R-50
 
 
 def check_jpeg(payload: bytes, height: int, width: int) -> None:
@@ -763,6 +764,7 @@ def check_jpeg(payload: bytes, height: int, width: int) -> None:
         elif marker == 0xDA:  # SOS: the entropy-coded data runs to the next marker
             require(frame is not None, "IMAGE_DECODE")
             scans += 1
+            require(scans <= MAX_SCANS, "IMAGE_DECODE")  # R-50, before decoding
             while True:
                 position = payload.find(b"\xff", position)
                 require(position >= 0 and position + 1 < len(payload), "IMAGE_DECODE")

@@ -197,15 +197,16 @@ class _Parser(argparse.ArgumentParser):
         return [option for action in self._actions for option in action.option_strings]
 
     def error(self, message: str) -> NoReturn:  # type: ignore[override]
-        self.print_usage(sys.stderr)
-        self.exit(2, f"{self.prog}: error: {message}{self._suggestion(message)}\n")
+        """One line, like every other failure: the message, a hint, the id USAGE."""
+        self.exit(2, f"{self.prog}: error: {message}{self._suggestion(message)} "
+                     f"(see {self.prog} --help) [USAGE]\n")
 
     def _suggestion(self, message: str) -> str:
         choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
         if choice:
             options = re.findall(r"'([^']*)'", choice.group(2))
             close = difflib.get_close_matches(choice.group(1), options, n=1, cutoff=0.5)
-            return f"\n  did you mean {close[0]!r}?" if close else ""
+            return f"; did you mean {close[0]!r}?" if close else ""
         unknown = re.search(r"unrecognized arguments: (.*)", message)
         if unknown:
             hints = []
@@ -218,7 +219,7 @@ class _Parser(argparse.ArgumentParser):
                     option, self._option_strings(), n=1, cutoff=0.6)
                 if candidates:
                     hints.append(f"{option}: did you mean {' or '.join(candidates[:3])}?")
-            return "".join(f"\n  {hint}" for hint in hints)
+            return "".join(f"; {hint}" for hint in hints)
         return ""
 
 
@@ -314,6 +315,12 @@ def _interrupt_in_parent_only() -> None:
         signal.signal(signal.SIGINT, handler)
 
 
+def _os_error_line(error: OSError) -> str:
+    names = [str(name) for name in (error.filename, error.filename2) if name is not None]
+    where = f"{' -> '.join(names)}: " if names else ""
+    return f"{where}{error.strerror or error}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         _interrupt_in_parent_only()
@@ -333,6 +340,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         except BrokenPipeError:  # pragma: no cover - e.g. `detfmt info ds | head`
             return 0
+        except OSError as error:  # what no command turned into a typed error: still one line
+            print(f"detfmt: {_os_error_line(error)} [IO_ERROR]", file=sys.stderr)
+            return 2
+        except Exception as error:  # a bug: one line too, the traceback on request
+            if os.environ.get("DETFMT_TRACEBACK"):
+                raise
+            text = " ".join(str(error).split())[:300]
+            print(f"detfmt: internal error: {type(error).__name__}: {text} (a bug: please "
+                  "report it; DETFMT_TRACEBACK=1 shows where) [INTERNAL]", file=sys.stderr)
+            return 3
     except KeyboardInterrupt:
         print("detfmt: interrupted", file=sys.stderr)
         return 130

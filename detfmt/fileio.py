@@ -310,11 +310,15 @@ def _still_at(fd: int, path: Path) -> bool:
 def lock_holder(target: Path) -> tuple[int, str] | None:
     """(pid, host) recorded by the writer that holds or last held ``target``'s lock."""
     try:
-        fd = os.open(lock_path(target), os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(lock_path(target), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return None
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
         text = os.read(fd, 512).decode("utf-8", "replace").strip()
+    except OSError:
+        return None
     finally:
         os.close(fd)
     pid, _, host = text.partition("@")

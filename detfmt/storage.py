@@ -121,10 +121,19 @@ def copy_digest(src: BinaryIO, dst: SupportsWrite | None = None, *,
     return Digest(size, digest.hexdigest())
 
 
+def _open_regular(path: str | os.PathLike[str]) -> int:
+    """A read-only descriptor of a regular file, without following a final symlink; a FIFO or
+    device is refused (``IsADirectoryError``) without blocking: O_NONBLOCK, then fstat."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO or device would block or lie
+        os.close(fd)
+        raise IsADirectoryError(errno.EISDIR, "not a regular file", os.fspath(path))
+    return fd
+
+
 def file_digest(path: str | os.PathLike[str], *, limit: int | None = None) -> Digest:
-    """`copy_digest` of a local file (opened without following a final symlink)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
-    with os.fdopen(fd, "rb", buffering=0) as f:
+    """`copy_digest` of a local regular file (opened without following a final symlink)."""
+    with os.fdopen(_open_regular(path), "rb", buffering=0) as f:
         return copy_digest(f, limit=limit)
 
 
@@ -287,11 +296,8 @@ class LocalStorage(Storage):
         return _join(self.root, rel)
 
     def read(self, rel: str, limit: int) -> bytes:
-        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
-        fd = os.open(self.where(rel), flags)
+        fd = _open_regular(self.where(rel))
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO or device would block or lie
-                raise IsADirectoryError(f"{self.where(rel)} is not a regular file")
             chunks, left = [], limit + 1
             while left > 0:
                 chunk = os.read(fd, min(left, 1 << 20))
@@ -310,8 +316,7 @@ class LocalStorage(Storage):
         return os.path.lexists(self.where(rel))
 
     def open_read(self, rel: str) -> BinaryIO:
-        fd = os.open(self.where(rel), os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
-        return os.fdopen(fd, "rb")
+        return os.fdopen(_open_regular(self.where(rel)), "rb")
 
     # -------------------------------------------------------------- directories, no links
 
@@ -419,6 +424,12 @@ class LocalStorage(Storage):
             data = self.read(rel, limit)
         except (FileNotFoundError, NotADirectoryError):
             return None, None
+        except IsADirectoryError as error:  # a directory, FIFO, socket or device
+            raise errors.UnsafePathError(f"{rel} is not a regular file",
+                                         path=self.where(rel)) from error
+        except OSError as error:
+            raise errors.UnsafePathError(f"cannot read {rel} ({error.strerror})",
+                                         path=self.where(rel)) from error
         return data, _content_generation(data)
 
     def swap(self, rel: str, data: bytes, expected: str | None) -> str:
@@ -577,15 +588,26 @@ class FsspecStorage(Storage):
     def where(self, rel: str) -> str:
         return f"{self.url}/{rel}" if rel else self.url
 
+    def _current(self, rel: str) -> str:
+        """The object's path, after dropping what the client cached about it (its details and
+        its parents' listings): fsspec shares one client per set of options in the process, so
+        a listing or open made earlier (``gc``, another reader) would otherwise describe an
+        object another process has since replaced (s3fs then fails "ETag no longer exists")
+        or added. One metadata request per read of a manifest or shard: small beside a GET."""
+        path = self._path(rel)
+        with contextlib.suppress(AttributeError):
+            self.fs.invalidate_cache(path)
+        return path
+
     def read(self, rel: str, limit: int) -> bytes:
-        with self.fs.open(self._path(rel), "rb") as f:
+        with self.fs.open(self._current(rel), "rb") as f:
             return f.read(limit + 1)
 
     def size(self, rel: str) -> int:
-        return int(self.fs.info(self._path(rel))["size"])
+        return int(self.fs.info(self._current(rel))["size"])
 
     def open_read(self, rel: str) -> BinaryIO:
-        return self.fs.open(self._path(rel), "rb", block_size=_CHUNK)
+        return self.fs.open(self._current(rel), "rb", block_size=_CHUNK)
 
     def list_dir(self, rel: str) -> list[StoredEntry]:
         path = self._path(rel)

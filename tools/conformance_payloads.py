@@ -8,6 +8,7 @@ generator writes is built here by hand from the format specifications, except tw
 from __future__ import annotations
 
 import base64
+import itertools
 import struct
 import zlib
 
@@ -23,6 +24,7 @@ __all__ = [
     "jpeg_source",
     "npy",
     "png",
+    "progressive_gray",
     "zstd_frame",
     "zstd_source",
 ]
@@ -413,3 +415,45 @@ def jpeg_segments(data: bytes) -> list[tuple[int, bytes]]:
         if marker == 0xDA:
             out.append((0, data[position:]))
             return out
+
+
+def _jpeg_segment(marker: int, body: bytes) -> bytes:
+    return bytes([0xFF, marker]) + (len(body) + 2).to_bytes(2, "big") + body
+
+
+def progressive_gray(scans: int) -> bytes:
+    """An 8x8 uniform gray (128, 128, 128) progressive JPEG (SOF2, 4:4:4) with exactly ``scans``
+    scans (254 to 316) in a consistent progression, for SPEC §9.3's scan bound (R-50).
+
+    All coefficients are zero, so each scan is one Huffman code per block (DC difference 0, or
+    an AC end-of-band, each the one-bit code 0) padded with 1-bits. The scans: DC first
+    (interleaved); for components 1 and 2, every AC coefficient alone with Al = 1 and then its
+    refinement (126 scans each); for component 3, the AC band 1..63 cut into ``scans - 253``
+    bands with Al = 0.
+    """
+    bands = scans - 253
+    if not 1 <= bands <= 63:
+        raise ValueError("scans must be 254 to 316")
+    frame = bytes([8, 0, 8, 0, 8, 3]) + b"".join(bytes([c, 0x11, 0]) for c in (1, 2, 3))
+    huffman = (bytes([0x00, 1]) + bytes(15) + b"\x00"  # DC table 0: symbol 0, code "0"
+               + bytes([0x10, 1]) + bytes(15) + b"\x00")  # AC table 0: EOB, code "0"
+
+    def scan(components: tuple[int, ...], ss: int, se: int, ah: int, al: int) -> bytes:
+        header = bytes([len(components)]) + b"".join(bytes([c, 0x00]) for c in components)
+        bits = "0" * len(components)  # one code (or DC refinement bit) per block, all 0
+        data = int(bits.ljust(8, "1"), 2).to_bytes(1, "big")
+        return _jpeg_segment(0xDA, header + bytes([ss, se, ah << 4 | al])) + data
+
+    parts = [scan((1, 2, 3), 0, 0, 0, 0)]
+    for component in (1, 2):
+        for k in range(1, 64):
+            parts.append(scan((component,), k, k, 0, 1))
+        for k in range(1, 64):
+            parts.append(scan((component,), k, k, 1, 0))
+    edges = [1 + 63 * b // bands for b in range(bands + 1)]
+    for start, stop in itertools.pairwise(edges):
+        parts.append(scan((3,), start, stop - 1, 0, 0))
+    return (b"\xff\xd8" + _jpeg_segment(0xE0, b"JFIF\x00\x01\x01\x00\x00\x01\x00\x01\x00\x00")
+            + _jpeg_segment(0xDB, b"\x00" + bytes([1] * 64))
+            + _jpeg_segment(0xC2, frame) + _jpeg_segment(0xC4, huffman)
+            + b"".join(parts) + b"\xff\xd9")

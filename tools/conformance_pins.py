@@ -195,6 +195,9 @@ def component_ids(segments: list[tuple[int, bytes]], ids: bytes) -> list[tuple[i
     return out
 
 
+GRAY128 = np.full((8, 8, 3), 128, np.uint8)  # the image of payloads.progressive_gray
+
+
 def jpeg_case(payload: bytes, image: np.ndarray = JPEG_SOURCE57) -> Callable[[], Dataset]:
     return lambda: one("jpeg", payload, image)
 
@@ -316,6 +319,11 @@ def case_jpeg_forms() -> Dataset:
     ], CLASSES)
 
 
+def case_jpeg_scans_256() -> Dataset:
+    """The most scans R-50 allows, in a consistent progression."""
+    return mc.build([Sample(GRAY128, "jpeg", payload=payloads.progressive_gray(256))], CLASSES)
+
+
 def pretty(value: object, indent: int = 0) -> str:
     """JSON with one member per line and arrays of scalars on one line (readable in SPEC.md)."""
     pad = " " * (indent + 1)
@@ -366,6 +374,8 @@ VALID: dict[str, tuple[Callable[[], Dataset], str]] = {
                         "checked against the reference decode (interpolated chroma)"),
     "jpeg_forms": (case_jpeg_forms, "progressive, restart markers, SOF1, EXIF orientation 6 "
                    "without JFIF (not applied), a COM segment"),
+    "jpeg_scans_256": (case_jpeg_scans_256, "a progressive JPEG of 256 scans, the most R-50 "
+                       "allows"),
 }
 
 
@@ -645,6 +655,8 @@ INVALID: list[tuple[str, str, str, Callable[[], Dataset]]] = [
     ("jpeg_bytes_between_segments", "IMAGE_DECODE", "two zero bytes between two segments",
      jpeg_case(jpeg_edit(JPEG57, lambda s: [s[0], s[1], (0, b"\x00\x00"), *s[2:]]))),
     ("jpeg_trailing", "IMAGE_DECODE", "4 bytes after EOI", jpeg_case(JPEG57 + b"\x00\x01\x02\x03")),
+    ("jpeg_scans", "IMAGE_DECODE", "a progressive JPEG of 257 scans in a consistent progression "
+     "(R-50 allows 256)", jpeg_case(payloads.progressive_gray(257), GRAY128)),
 ]
 
 

@@ -1430,6 +1430,8 @@ COVERS: dict[str, list[str]] = {
     "limit_side": ["R-46"],
     "zstd_size": ["R-46"],
     "npy_pickle": ["R-17"],
+    "jpeg_scans": ["R-50"],
+    "jpeg_scans_256": ["R-50"],
 }
 
 SUITE_DIRS = ("v1", "v1_1", "v1_2")

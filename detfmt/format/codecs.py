@@ -8,9 +8,12 @@ image must decode to exactly the stored height and width. Every failure is a `De
 
 from __future__ import annotations
 
+import contextlib
 import io
+import os
 import threading
 import warnings
+from collections.abc import Iterator
 
 import numpy as np
 import zstandard
@@ -26,10 +29,51 @@ except ImportError:  # pragma: no cover - depends on the platform's wheels
     simplejpeg = None
 
 __all__ = ["check_jpeg", "check_png", "decode_into", "decode_pixel_limit", "encode",
-           "zstd_frame_header"]
+           "pixel_limit", "zstd_frame_header"]
 
 MAX_ZSTD_WINDOW = 1 << 27  # 128 MiB: the zstd reference decoder's default streaming limit
 _local = threading.local()
+
+
+_limit_lock = threading.Lock()
+_limit_users = 0
+_limit_saved: float | None = None
+
+
+def _limit_after_fork() -> None:
+    """A forked child has none of the threads that were inside `pixel_limit`: a fresh lock
+    (one held at the fork would never be released) and the user's value back."""
+    global _limit_lock, _limit_users
+    _limit_lock = threading.Lock()
+    if _limit_users and Image.MAX_IMAGE_PIXELS == spec.MAX_SOURCE_PIXELS:
+        Image.MAX_IMAGE_PIXELS = _limit_saved
+    _limit_users = 0
+
+
+os.register_at_fork(after_in_child=_limit_after_fork)
+
+
+@contextlib.contextmanager
+def pixel_limit() -> Iterator[None]:
+    """While detfmt opens an image, Pillow's decompression-bomb limit (a module global, 89.5 M
+    pixels by default) is at least ``spec.MAX_SOURCE_PIXELS``, so detfmt's own documented limit is
+    the one that applies (checked from the header before decoding). Nested and concurrent
+    users share one lift; the last to leave restores the user's value, unless the user changed
+    it meanwhile. A user's higher limit, or None (no limit), is kept."""
+    global _limit_users, _limit_saved
+    with _limit_lock:
+        if _limit_users == 0:
+            _limit_saved = Image.MAX_IMAGE_PIXELS
+            if _limit_saved is not None and _limit_saved < spec.MAX_SOURCE_PIXELS:
+                Image.MAX_IMAGE_PIXELS = spec.MAX_SOURCE_PIXELS
+        _limit_users += 1
+    try:
+        yield
+    finally:
+        with _limit_lock:
+            _limit_users -= 1
+            if _limit_users == 0 and Image.MAX_IMAGE_PIXELS == spec.MAX_SOURCE_PIXELS:
+                Image.MAX_IMAGE_PIXELS = _limit_saved
 
 
 def _zstd_compressor(level: int) -> zstandard.ZstdCompressor:
@@ -78,12 +122,10 @@ def decode_pixel_limit(codec: str) -> int | None:
     """The most pixels `decode_into` accepts in one payload of ``codec`` (None: only the
     format's side limits), so a writer never stores what this reader would refuse.
 
-    PNG payloads (and JPEG ones without simplejpeg) are decoded by Pillow with its
-    decompression-bomb warning turned into an error: above ``Image.MAX_IMAGE_PIXELS`` they fail.
+    None for every codec: Pillow decodes PNG payloads (and JPEG ones without simplejpeg) under
+    `pixel_limit`, which lifts its bomb limit to at least 2^28 pixels, the format's largest
+    image (16384 x 16384), whatever the user's process set.
     """
-    if codec == "png" or (codec == "jpeg" and simplejpeg is None):
-        limit = Image.MAX_IMAGE_PIXELS
-        return None if limit is None else int(limit)
     return None
 
 
@@ -257,7 +299,7 @@ def _decode_jpeg_into(payload, out: np.ndarray, *, path: str, index: int) -> Non
 def _decode_pil(payload, height: int, width: int, kind: str, *, path: str, index: int
                 ) -> np.ndarray:
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), pixel_limit():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             image = Image.open(io.BytesIO(payload), formats=[kind])
             if image.size != (width, height):

@@ -15,6 +15,7 @@ import zlib
 import numpy as np
 
 from detfmt.errors import DecodeError
+from detfmt.format.spec import MAX_JPEG_SCANS
 
 __all__ = ["check_jpeg", "check_png"]
 
@@ -106,7 +107,9 @@ _SAMPLING = frozenset((0x11, 0x21, 0x22))  # luma 1x1, 2x1, 2x2: 4:4:4, 4:2:2, 4
 def check_jpeg(payload: memoryview | bytes, height: int, width: int, *, path: str,
                index: int) -> None:
     """SPEC §9.3 steps J1 to J3: the marker walk (allowed markers, lengths, one frame of type
-    SOF0/SOF1/SOF2 before the first scan, nothing between segments, EOI last), the frame
+    SOF0/SOF1/SOF2 before the first scan, at most ``MAX_JPEG_SCANS`` scans (R-50: each scan is a
+    pass over the whole image, so thousands cost minutes of CPU), nothing between segments, EOI
+    last), the frame
     (precision 8, three components, sampling 4:4:4, 4:2:2 or 4:2:0, its size) and the colour
     space (YCbCr: no Adobe transform other than 1, no R, G, B component ids without JFIF)."""
     data = bytes(payload)
@@ -148,6 +151,9 @@ def check_jpeg(payload: memoryview | bytes, height: int, width: int, *, path: st
             if not frame:
                 raise _fail("JPEG scan before its frame", path, index)
             scans += 1
+            if scans > MAX_JPEG_SCANS:
+                raise _fail(f"JPEG has more than {MAX_JPEG_SCANS} scans (each one is a pass "
+                            "over the whole image)", path, index)
             found = _NEXT_MARKER.search(data, position)
             if found is None:
                 raise _fail("JPEG ends inside entropy-coded data", path, index)

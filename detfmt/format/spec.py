@@ -95,6 +95,11 @@ IMAGE_FIELD_ARRAYS: dict[str, tuple[str, tuple[int, ...]]] = {
 STRING_FIELDS = ("file_name",)  # UTF-8 strings: <name>.bin + <name>.offsets.npy (<u8, N+1)
 IMAGE_FIELDS = (*IMAGE_FIELD_ARRAYS, *STRING_FIELDS)
 MAX_STRING_BYTES = 4096
+#: the largest source image a writer decodes (pixels): decompression bombs are refused before
+MAX_SOURCE_PIXELS = 1 << 28
+#: progressive JPEG scans a stored JPEG may hold (R-50; NVIDIA nvImageCodec's default; real
+#: encoders use 2-20)
+MAX_JPEG_SCANS = 256
 
 #: npy dtypes a reader accepts, per array (exact descr match; big-endian, objects, pickles refused).
 LABEL_DTYPES = {

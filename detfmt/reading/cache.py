@@ -20,14 +20,22 @@ bytes. The cache is:
   gets its own background threads: it never waits for a download its parent's threads were
   doing, which no thread of the child would ever finish.
 
-The byte bound is LRU (by access time) and never evicts the shards the known order needs next;
-when those alone exceed the bound the cache overshoots instead of waiting (no deadlock).
+The byte bound is LRU (by access time) and never evicts the shards the known order needs next,
+nor a shard another process of the node is opening: a reader *pins* a shard with a shared
+``flock`` on the cached file from its fetch until it holds the file itself (a mapping and a
+descriptor: ``fetch(..., pin=True)``, then `unpin`; `close` or the process's death release it
+too), and an evictor unlinks a file only under an exclusive, non-blocking ``flock`` on it, so
+eviction is coordinated across processes, not only within this one's protected set. A shard
+evicted after that stays readable by those who hold it (POSIX keeps the inode, and its disk
+space, until the last of them closes it). When pinned and protected shards alone exceed the
+bound the cache overshoots instead of waiting (no deadlock).
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
 import re
 import stat
@@ -145,6 +153,7 @@ class ShardCache:
         self._mutex = threading.Lock()
         self._pool = ThreadPoolExecutor(prefetch_workers, thread_name_prefix="detfmt-prefetch")
         self._pending: dict[str, Future[str]] = {}
+        self._pins: dict[str, list[int]] = {}  # path -> [fd holding LOCK_SH, users]
         self.stats = {"downloads": 0, "hits": 0, "bytes": 0, "evictions": 0, "verified": 0}
         _caches.add(self)
 
@@ -171,8 +180,11 @@ class ShardCache:
 
     # ------------------------------------------------------------------ fetching
 
-    def fetch(self, shard: ShardInfo) -> str:
-        """The local path of a complete copy of ``shard`` whose size and hash match it."""
+    def fetch(self, shard: ShardInfo, *, pin: bool = False) -> str:
+        """The local path of a complete copy of ``shard`` whose size and hash match it.
+
+        ``pin``: also pin it (no process of the node evicts it) until `unpin` (one `unpin` per
+        pinned fetch) or `close`."""
         path = self.local_path(shard)
         fut = self._pending.get(path)
         # a prefetch may be downloading it; if that failed, the fetch below raises the error
@@ -180,7 +192,53 @@ class ShardCache:
             raise WriteError(
                 f"timed out waiting for the background download of {shard.path} "
                 f"(waited {self.lock_timeout:.0f} s)", rule="CACHE_TIMEOUT", path=path)
-        return self._fetch(shard)
+        for _attempt in range(_PIN_ATTEMPTS):
+            got = self._fetch(shard)
+            if not pin or self._pin(got):
+                return got
+            # another process evicted it between the fetch and the pin: fetch it again
+        raise WriteError(f"{shard.path} was evicted from the cache {_PIN_ATTEMPTS} times "
+                         "before it could be pinned (cache_limit too small for the node's "
+                         "readers?)", rule="CACHE_TIMEOUT", path=path)
+
+    def unpin(self, shard: ShardInfo) -> None:
+        """Release one pin of ``shard`` taken by ``fetch(..., pin=True)``."""
+        path = self.local_path(shard)
+        with self._mutex:
+            held = self._pins.get(path)
+            if held is None:
+                return
+            held[1] -= 1
+            if held[1] > 0:
+                return
+            del self._pins[path]
+        os.close(held[0])  # drops the shared lock
+
+    def _pin(self, path: str) -> bool:
+        """A shared ``flock`` on the cached file, kept in ``_pins``; False when the file was
+        evicted (or replaced) since the fetch."""
+        with self._mutex:
+            held = self._pins.get(path)
+            if held is not None:
+                held[1] += 1
+                return True
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)  # an evictor holds LOCK_EX only around its unlink
+            if _same_file(fd, path):
+                with self._mutex:
+                    held = self._pins.get(path)
+                    if held is None:
+                        self._pins[path] = [fd, 1]
+                        return True
+                    held[1] += 1  # another thread pinned it meanwhile
+        except OSError:
+            pass
+        os.close(fd)
+        return path in self._pins
 
     def prefetch(self, shards: Iterable[ShardInfo]) -> None:
         """Start background downloads of ``shards`` (already cached or pending ones are skipped)."""
@@ -329,16 +387,36 @@ class ShardCache:
         for _, size, path in entries:
             if total + incoming <= self.cache_limit:
                 break
-            if path in protected:
+            if path in protected or not self._evict(path):
                 continue
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)  # readers that mapped it keep their mapping (POSIX)
-                self.stats["evictions"] += 1
-            self._discard(_stamp_path(path))
             total -= size
+
+    def _evict(self, path: str) -> bool:
+        """Unlink a cached shard unless a process of the node pinned it (see the module doc)."""
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return True
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if not _same_file(fd, path):
+                return False  # replaced by a new download meanwhile
+            os.unlink(path)  # under the lock: no reader can pin it in between
+        except OSError:  # BlockingIOError: a reader pinned it
+            return False
+        finally:
+            os.close(fd)
+        self.stats["evictions"] += 1
+        self._discard(_stamp_path(path))
+        return True
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
+        with self._mutex:
+            pins, self._pins = self._pins, {}
+        for fd, _ in pins.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 class _LocalSink:
@@ -357,6 +435,19 @@ class _LocalSink:
         except OSError as error:
             raise _cache_error(error, self.path) from error
         return len(data)
+
+
+#: fetches of one shard that another process may evict before it is pinned, then an error
+_PIN_ATTEMPTS = 16
+
+
+def _same_file(fd: int, path: str) -> bool:
+    """Whether ``path`` still names the file open as ``fd``."""
+    try:
+        held, now = os.fstat(fd), os.stat(path, follow_symlinks=False)
+    except OSError:
+        return False
+    return (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino)
 
 
 def _identity_text(identity: tuple[int, int, int, int]) -> str:

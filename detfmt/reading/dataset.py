@@ -42,6 +42,11 @@ def _codec_of(header: Header) -> str:
     return used[0] if len(used) == 1 else "mixed"
 
 
+#: opens of a directory that overwrites keep replacing while it is read (each retry means
+#: another complete overwrite happened meanwhile)
+_OPEN_ATTEMPTS = 8
+
+
 class Dataset(EpochIteration):
     """An opened 1.0 dataset: a directory, or a packed shard file. Use :func:`detfmt.open`.
 
@@ -51,15 +56,25 @@ class Dataset(EpochIteration):
 
     def __init__(self, path_or_source: str | os.PathLike[str] | MemberSource, *,
                  max_header_bytes: int = spec.MAX_HEADER_BYTES) -> None:
-        source = (path_or_source if isinstance(path_or_source, MemberSource)
-                  else DirectorySource(path_or_source))
-        self.source = source
         self._max_header_bytes = max_header_bytes
-        try:
-            self._open(source)
-        except BaseException:
-            source.close()
-            raise
+        for attempt in range(_OPEN_ATTEMPTS):
+            source = (path_or_source if isinstance(path_or_source, MemberSource)
+                      else DirectorySource(path_or_source))
+            self.source = source
+            try:
+                self._open(source)
+                return
+            except errors.DetfmtError:
+                # An overwrite exchanged the directory while we read it and is deleting the
+                # old files (FILE_MISSING, HEADER_MISSING...): open the new one instead.
+                retry = (isinstance(source, DirectorySource) and source.replaced()
+                         and attempt + 1 < _OPEN_ATTEMPTS)
+                source.close()
+                if not retry:
+                    raise
+            except BaseException:
+                source.close()
+                raise
 
     # ------------------------------------------------------------------ opening
 

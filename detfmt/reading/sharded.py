@@ -157,17 +157,24 @@ class ShardedDataset(EpochIteration):
     def _open_shard(self, k: int) -> Dataset:
         info = self.shards[k]
         tries = 3 if self._cache is not None else 1
-        # another process on the node may evict a cached shard between fetch and open: re-fetch
+        # remote: pinned from the fetch until the reader holds the file, so no process of the
+        # node evicts it in between (cache.py)
         for attempt in range(tries):
-            path = self.shard_file(k)
+            path = (self.shard_file(k) if self._cache is None
+                    else self._cache.fetch(info, pin=True))
             try:
                 _check_size(path, info.bytes)
                 reader = Dataset(PackedSource(path))
+                if self._cache is not None:
+                    reader.pread_fd()  # the file, not its name: later eviction cannot hurt
                 break
             except (FileNotFoundError, errors.DatasetNotFoundError) as error:
                 if attempt == tries - 1:
                     raise errors.LayoutError(f"shard {info.path} is missing", rule="FILE_MISSING",
                                              path=path) from error
+            finally:
+                if self._cache is not None:
+                    self._cache.unpin(info)
         check_shard_schema(reader, self.manifest, k)
         return reader
 

@@ -142,6 +142,9 @@ class DirectorySource(MemberSource):
         except NotADirectoryError as error:
             raise errors.NotDetfmtError("a detfmt dataset is a directory", path=self.root
                                         ) from error
+        except OSError as error:  # permission, a name too long, an I/O error
+            raise errors.UnsafePathError(f"cannot open the dataset directory ({error.strerror})",
+                                         path=self.root) from error
         self._identities: dict[str, Identity] = {}
 
     def _close_dir(self) -> None:
@@ -222,6 +225,17 @@ class DirectorySource(MemberSource):
 
     def check_names(self, expected: Iterable[str]) -> None:
         """Nothing to check: readers never list a directory, other files are ignored (R-43)."""
+
+    def replaced(self) -> bool:
+        """Whether the path now names another directory than the one this source holds open:
+        an overwrite exchanged it (and is removing the old files) while this source read."""
+        if self._dir_fd < 0:
+            return False
+        try:
+            held, current = os.fstat(self._dir_fd), os.stat(self.root)
+        except OSError:
+            return True
+        return (held.st_dev, held.st_ino) != (current.st_dev, current.st_ino)
 
     def reopen_spec(self) -> tuple[Callable[..., MemberSource], tuple]:
         return DirectorySource, (str(self.root),)

@@ -19,6 +19,7 @@ remapping classes is a separate step.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import uuid
 from collections.abc import Mapping, Sequence
@@ -97,8 +98,25 @@ def append(
         _refuse_duplicates(root, storage_options, old, sources, source_options)
     write_id = uuid.uuid4().hex
     prefix = f"append-{write_id[:12]}-"
-    schema: Schema | None = old.schema if old is not None else None
     added: list[_Added] = []
+    try:
+        return _append_all(storage, sources, old, base, write_id, prefix, added,
+                           source_options, metadata)
+    except errors.DetfmtError:
+        raise
+    except OSError as error:  # a full disk, an I/O error: the root keeps its manifest
+        code = getattr(error, "errno", None)
+        kind = (errors.TargetNotWritableError if code in (errno.EROFS, errno.EACCES, errno.EPERM)
+                else errors.WriteError)
+        raise kind(f"append failed, nothing was added: {error.strerror or error}",
+                   path=error.filename or storage.url, errno=code) from error
+
+
+def _append_all(storage: Storage, sources: Sequence[str | os.PathLike[str]],
+                old: Manifest | None, base: str | None, write_id: str, prefix: str,
+                added: list[_Added], source_options: Mapping[str, Any] | None,
+                metadata: Mapping[str, str] | None) -> Manifest:
+    schema: Schema | None = old.schema if old is not None else None
     with begin_write(storage, base=base):
         try:
             for source in sources:

@@ -14,9 +14,13 @@ def _cmd_gc(args: argparse.Namespace) -> int:
     for path in report.removed:
         print(path)
     print(f"removed {len(report.removed)} unlisted file(s) or temporary director(ies)")
+    for path in report.future_leases:
+        print(f"ignored lease {path}: dated more than its ttl in the future (wrong clock?)")
     if report.kept_for_writes:
         print(f"kept {len(report.kept_for_writes)} unlisted file(s): a write is in progress "
               f"({report.live_writes} live writer lease(s))")
+        for path in report.honoured_leases:
+            print(f"honoured lease {path}")
     if report.kept_young:
         print(f"kept {len(report.kept_young)} unlisted file(s) younger than --grace "
               f"{args.grace:g} s")

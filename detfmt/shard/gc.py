@@ -5,7 +5,8 @@ leases in the root) whose names the writer gives (`detfmt.shard.names`), of the 
 (regular files, its own temporary directories; never a link), are removed; ``shards`` is never
 followed when it is a link; a directory that is not a sharded root is refused. Nothing unlisted
 is collected while a live write lease exists (`detfmt.shard.session`), however long the write
-takes, nor anything younger than the grace period.
+takes, nor anything younger than the grace period; a lease dated more than its ttl in the future
+is not live (a wrong clock cannot disable gc), and the report names the leases honoured.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from detfmt import errors
 from detfmt.format.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, decode_manifest
 from detfmt.format.pack import MAGIC
 from detfmt.shard.names import MANIFEST_TEMP, SHARD_DIR, SHARD_FILE, TEMPORARY
-from detfmt.shard.session import LEASE_PATTERN, lease_is_live
+from detfmt.shard.session import LEASE_PATTERN, lease_state
 from detfmt.storage import Storage, StoredEntry, open_storage
 
 __all__ = ["GcReport", "collect", "gc"]
@@ -30,12 +31,16 @@ __all__ = ["GcReport", "collect", "gc"]
 
 @dataclass
 class GcReport:
-    """What `collect` removed, what it kept of its own kind, and why."""
+    """What `collect` removed, what it kept of its own kind, and why; ``honoured_leases``: the
+    live leases that kept unlisted files, ``future_leases``: leases dated more than their ttl
+    ahead of this clock, treated as dead (and removed)."""
 
     removed: list[str] = field(default_factory=list)
     kept_for_writes: list[str] = field(default_factory=list)
     kept_young: list[str] = field(default_factory=list)
     live_writes: int = 0
+    honoured_leases: list[str] = field(default_factory=list)
+    future_leases: list[str] = field(default_factory=list)
 
 
 def gc(
@@ -93,8 +98,12 @@ def _collect_locked(storage: Storage, report: GcReport, grace_seconds: float,
         match = LEASE_PATTERN.match(_name(lease))
         if match is not None and match.group(1) == ignore_lease:
             continue  # the caller's own lease: it releases it itself
-        (live if lease_is_live(storage, lease, now) else dead).append(lease)
+        state = lease_state(storage, lease, now)
+        (live if state == "live" else dead).append(lease)
+        if state == "future":
+            report.future_leases.append(storage.where(lease.rel))
     report.live_writes = len(live)
+    report.honoured_leases = sorted(storage.where(lease.rel) for lease in live)
     candidates = [e for e in storage.list_dir(SHARD_DIR)
                   if e.rel not in listed and _is_own_shard_entry(storage, e)]
     candidates += [e for e in top if e.is_file and (MANIFEST_TEMP.match(_name(e))

@@ -5,7 +5,8 @@ A *lease* is a small file ``.detfmt-lease-<token>.json`` in the root naming its 
 boot, PID namespace, PID and start time). A thread of the writer rewrites its mtime every
 ``ttl / 4`` seconds; `gc` collects nothing unlisted while a live lease exists. A lease is dead
 when its writer is gone: on the same host, the process no longer exists (checked at once, no
-timer); elsewhere, its mtime is older than its ``ttl``. So a slow write is never collected,
+timer); elsewhere, its mtime is older than its ``ttl``, or more than its ``ttl`` in the future
+(a wrong clock or a restored archive, never a heartbeat). So a slow write is never collected,
 however long it takes, and a killed one does not block gc for long.
 
 ``write_shard`` joins the session of its root in this process, or starts an implicit one that
@@ -43,6 +44,7 @@ __all__ = [
     "current_session",
     "end_write",
     "lease_is_live",
+    "lease_state",
     "remove_dead_leases",
 ]
 
@@ -152,6 +154,14 @@ class Lease:
 
 def lease_is_live(storage: Storage, entry: StoredEntry, now: float | None = None) -> bool:
     """True while the lease's writer may still be writing (see the module docstring)."""
+    return lease_state(storage, entry, now) == "live"
+
+
+def lease_state(storage: Storage, entry: StoredEntry, now: float | None = None) -> str:
+    """``"live"``, ``"dead"`` (its writer is gone or silent for its ttl) or ``"future"``: a lease
+    of another host dated more than its ttl ahead of this clock. No heartbeat makes that (the
+    clocks of hosts sharing a root agree within a ttl); a wrong clock or a restored archive
+    does, and it would keep `gc` away for years, so it counts as dead."""
     now = time.time() if now is None else now
     try:
         record = msgspec.json.decode(storage.read(entry.rel, _MAX_LEASE_BYTES), type=LeaseRecord)
@@ -160,9 +170,11 @@ def lease_is_live(storage: Storage, entry: StoredEntry, now: float | None = None
     ttl = DEFAULT_LEASE_TTL if record is None else min(max(record.ttl, 1.0), MAX_LEASE_TTL)
     if (record is not None and record.host == socket.gethostname() and record.boot_id
             and record.boot_id == _boot_id() and record.pid_ns == _pid_ns()):
-        return _process_alive(record.pid, record.start)
+        return "live" if _process_alive(record.pid, record.start) else "dead"
     age = now - entry.mtime
-    return not age >= ttl  # an unknown mtime (nan) counts as live
+    if age < -ttl:
+        return "future"
+    return "dead" if age >= ttl else "live"  # an unknown mtime (nan) counts as live
 
 
 def remove_dead_leases(storage: Storage) -> list[str]:

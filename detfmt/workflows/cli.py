@@ -16,7 +16,7 @@ def _fraction(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not (0 < value < 1 or (value >= 1 and value == int(value))):
+    if not (0 < value < 1 or (1 <= value < 2**53 and value == int(value))):
         raise argparse.ArgumentTypeError(f"must be a fraction in (0, 1) or a whole count >= 1, "
                                          f"got {text}")
     return int(value) if value >= 1 else value

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from detfmt.errors import UsageError
+from detfmt.errors import UsageError, WriteError
 from detfmt.render import draw_boxes
 
 __all__ = ["default_indices", "render_grid", "render_sample"]
@@ -51,6 +51,10 @@ def render_grid(
     into a PNG grid at ``out``, each captioned with its index, file name and box count."""
     from detfmt.reading.opener import open_dataset
 
+    out = Path(out)
+    if not out.parent.is_dir():  # before any sample is drawn
+        raise UsageError("the output's folder does not exist (create it first)",
+                         path=out.parent)
     ds = open_dataset(dataset) if isinstance(dataset, (str, os.PathLike)) else dataset
     try:
         n = len(ds)
@@ -84,6 +88,9 @@ def render_grid(
             draw.text((x, y + 2), text, fill=(230, 230, 230), font=font)
             grid.paste(tile, (x, y + 2 + caption))
         y += height
-    out = Path(out)
-    grid.save(out, format="PNG")
+    try:
+        grid.save(out, format="PNG")
+    except OSError as error:
+        raise WriteError(f"cannot write the grid: {error.strerror or error}", path=out,
+                         errno=getattr(error, "errno", None)) from error
     return out

@@ -7,7 +7,8 @@ One place decides how files become pixels, so the writer and every converter agr
   (composited on black would invent pixels), 16-bit values are scaled by 1/257 (not clipped).
 
 Decoding an untrusted file costs bounded work: the pixel count is checked from the header before
-any pixel is decoded (``MAX_SOURCE_PIXELS``, and the caller's own limits through ``check``), and a
+any pixel is decoded (``MAX_SOURCE_PIXELS``, and the caller's own limits through ``check``;
+`pixel_limit` lifts Pillow's lower global bomb limit to it while detfmt opens an image), and a
 progressive JPEG may have at most ``MAX_JPEG_SCANS`` scans, because each scan is a pass over the
 whole coefficient buffer (a small file with thousands of empty scans costs minutes of CPU).
 docs/reliability.md gives the measured memory peaks per decoded byte.
@@ -27,6 +28,8 @@ import numpy as np
 from PIL import Image, ImageOps
 
 from detfmt.errors import InvalidSampleError
+from detfmt.format import spec
+from detfmt.format.codecs import pixel_limit
 
 __all__ = [
     "MAX_JPEG_SCANS",
@@ -41,9 +44,8 @@ __all__ = [
     "to_rgb_array",
 ]
 
-MAX_SOURCE_PIXELS = 1 << 28  # 268 M pixels: refuse decompression bombs before decoding
-#: progressive JPEG scans allowed (as NVIDIA nvImageCodec's default; real encoders use 2-20)
-MAX_JPEG_SCANS = 256
+MAX_SOURCE_PIXELS = spec.MAX_SOURCE_PIXELS
+MAX_JPEG_SCANS = spec.MAX_JPEG_SCANS
 EXIF_ORIENTATION = 0x0112
 _SWAPS_AXES = frozenset({5, 6, 7, 8})  # EXIF orientations that exchange width and height
 
@@ -85,7 +87,7 @@ def probe_image(path: str | os.PathLike[str], *, index: int | None = None) -> Im
     """
     name = os.fspath(path)
     try:
-        with Image.open(name) as image:
+        with pixel_limit(), Image.open(name) as image:
             width, height = image.size
             return ImageInfo(int(width), int(height), _orientation(image), image.format)
     except FileNotFoundError as error:
@@ -103,7 +105,7 @@ def check_decodes(path: str | os.PathLike[str], *, index: int | None = None) -> 
     info = probe_image(path, index=index)
     name = os.fspath(path)
     try:
-        with warnings.catch_warnings(), Image.open(name) as image:
+        with warnings.catch_warnings(), pixel_limit(), Image.open(name) as image:
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             _check_before_decode(image, image.fp, name, index)
             if image.format == "JPEG":
@@ -178,7 +180,7 @@ def load_rgb(
             f"cannot open image: {error.strerror}", rule="IMAGE_INVALID", path=name, index=index
         ) from error
     try:
-        with handle, warnings.catch_warnings():
+        with handle, warnings.catch_warnings(), pixel_limit():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             image = Image.open(handle)
             _check_before_decode(image, handle, name, index)

@@ -21,6 +21,7 @@ import dataclasses
 import errno
 import os
 import socket
+import stat
 import sys
 import time
 import warnings
@@ -531,8 +532,10 @@ def _existing_members(target: Path, overwrite: bool) -> list[str] | None:
     try:
         if target.is_symlink() or not target.is_dir():
             raise ValueError("not a directory")
-        fd = os.open(target / spec.HEADER_FILE, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(target / spec.HEADER_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         try:  # the one JSON profile (SPEC §5.6), as readers parse it
+            if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO would block the read
+                raise ValueError("header.json is not a regular file")
             raw = jsonprofile.parse_json(os.read(fd, spec.MAX_HEADER_BYTES + 1),
                                    path=str(target / spec.HEADER_FILE),
                                    limit=spec.MAX_HEADER_BYTES, rule="HEADER_JSON")

@@ -103,18 +103,18 @@ def test_oversized_inputs_are_refused_before_decoding(tmp_path: Path,
 def test_nothing_is_stored_that_the_reader_refuses_to_decode(tmp_path: Path,
                                                              monkeypatch: pytest.MonkeyPatch
                                                              ) -> None:
-    """The reader decodes PNG payloads with Pillow, which refuses images above its pixel
-    limit: the writer must refuse such a sample up front rather than publish it."""
+    """The reader decodes PNG payloads with Pillow, whose global pixel limit a process may
+    lower: detfmt lifts it to its own limit (2^28, issue 25 item 8) while decoding, so what the
+    writer stores under a low limit the reader still decodes, exactly."""
     import detfmt
 
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)
     image = np.random.default_rng(0).integers(0, 256, (40, 40, 3), dtype=np.uint8)
-    with pytest.raises(detfmt.InvalidSampleError) as info:
-        write([sample_with(image)], tmp_path / "png", codec="png")
-    assert info.value.rule == "IMAGE_INVALID"
-    write([sample_with(image)], tmp_path / "raw", codec="raw")  # raw has no such limit
-    with detfmt.open(tmp_path / "raw") as ds:
-        np.testing.assert_array_equal(ds[0].image, image)
+    for codec in ("png", "raw"):
+        write([sample_with(image)], tmp_path / codec, codec=codec)
+        with detfmt.open(tmp_path / codec) as ds:
+            np.testing.assert_array_equal(ds[0].image, image)
+    assert Image.MAX_IMAGE_PIXELS == 1000
 
 
 def _progressive_jpeg(extra_scans: int) -> bytes:
