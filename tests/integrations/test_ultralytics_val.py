@@ -197,3 +197,44 @@ def test_validation_equals_ultralytics_default_val(weights, mixed, tmp_path):
     assert math.isclose(ours.box.map, theirs.box.map, abs_tol=1e-3), (ours.box.map,
                                                                       theirs.box.map)
     assert math.isclose(ours.box.map50, theirs.box.map50, abs_tol=1e-3)
+
+
+@pytest.mark.parametrize(("batch", "imgsz"), [(7, 640), (16, 192), (1, 96), (300, 320)])
+def test_rect_batches_are_ultralytics_set_rectangle(batch, imgsz):
+    """yolo_rect_batches gives each sample the canvas Ultralytics' ``set_rectangle`` gives
+    it (random sizes, ties included), and the same batch order by aspect."""
+    from types import SimpleNamespace
+
+    from ultralytics.data.base import BaseDataset
+
+    from detfmt.augment.presets import yolo_rect_batches
+
+    rng = np.random.default_rng(batch)
+    sizes = rng.integers(20, 900, size=(203, 2))
+    sizes[::9] = sizes[0]  # equal aspect ratios: ties in the sort
+    fake = SimpleNamespace(ni=len(sizes), batch_size=batch, imgsz=imgsz, stride=32, pad=0.5,
+                           labels=[{"shape": tuple(s), "i": i} for i, s in enumerate(sizes)],
+                           im_files=[str(i) for i in range(len(sizes))])
+    BaseDataset.set_rectangle(fake)
+    order, canvases = yolo_rect_batches(sizes, batch, imgsz, stride=32)
+    assert [label["i"] for label in fake.labels] == order.tolist()
+    theirs = fake.batch_shapes[fake.batch]  # in their sorted order
+    assert canvases[order].tolist() == theirs.tolist()
+
+
+@pytest.mark.parametrize(("n", "batch", "world"), [(20, 4, 3), (8, 16, 3), (101, 8, 4), (5, 2, 8)])
+def test_validation_shares_are_ultralytics_contiguous_sampler(n, batch, world, monkeypatch):
+    """Each rank's validation share is Ultralytics' ContiguousDistributedSampler's: whole
+    batches (a rect batch never spans two ranks), all samples once."""
+    from ultralytics.data.build import ContiguousDistributedSampler
+
+    order = np.arange(n)[::-1].copy()
+    got = []
+    for rank in range(world):
+        monkeypatch.setattr(du, "_rank_and_world", lambda rank=rank: (rank, world))
+        share = du._validation_order(order, batch).indices.tolist()
+        sampler = ContiguousDistributedSampler(list(range(n)), num_replicas=world,
+                                               batch_size=batch, rank=rank)
+        assert share == [int(order[i]) for i in sampler], rank
+        got.extend(share)
+    assert sorted(got) == list(range(n))
