@@ -168,6 +168,8 @@ class DetfmtYoloDataset(torch.utils.data.Dataset):
         self.augment = augment
         self.hyp = hyp
         self.mosaic = bool(augment and getattr(hyp, "mosaic", 0.0) > 0)
+        # Ultralytics' single_cls: every label is class 0 (its datasets' update_labels)
+        self.single_cls = bool(getattr(hyp, "single_cls", False))
         self.im_files = [self._file_name(i) for i in range(len(self.ds))]
         self.labels = self._labels()
 
@@ -183,6 +185,7 @@ class DetfmtYoloDataset(torch.utils.data.Dataset):
         n = len(self.ds)
         for start in range(0, n, 4096):
             block = self.ds.labels(np.arange(start, min(n, start + 4096)))
+            classes = np.zeros_like(block.classes) if self.single_cls else block.classes
             for row, i in enumerate(block.indices.tolist()):
                 keep = block.mask[row]
                 h, w = sizes[i]
@@ -200,7 +203,7 @@ class DetfmtYoloDataset(torch.utils.data.Dataset):
                     {
                         "im_file": self.im_files[i],
                         "shape": (int(h), int(w)),
-                        "cls": block.classes[row][keep].astype(np.float32).reshape(-1, 1),
+                        "cls": classes[row][keep].astype(np.float32).reshape(-1, 1),
                         "bboxes": xywh,
                         "normalized": True,
                         "bbox_format": "xywh",
@@ -397,9 +400,12 @@ class DetfmtYoloLoader:
                 ori, place.height.tolist(), place.width.tolist(), place.left.tolist(),
                 place.top.tolist(), strict=True)
         ]
+        cls = targets["cls"]
+        if self.dataset.single_cls:
+            cls = torch.zeros_like(cls)
         return {
             "img": _nchw(batch.images),
-            "cls": targets["cls"],
+            "cls": cls,
             "bboxes": targets["bboxes"],
             "batch_idx": targets["batch_idx"],
             "im_file": tuple(self.dataset.im_files[i] if i is not None else "" for i in indices),

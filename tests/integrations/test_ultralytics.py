@@ -240,3 +240,17 @@ def test_readme_snippet_runs_as_printed_on_a_relative_path(chess_root, tmp_path,
     exec(compile(snippet, str(README), "exec"), namespace)
     runs = list(tmp_path.glob("runs/*/weights/last.pt"))
     assert len(runs) == 1, runs
+
+
+@pytest.mark.parametrize("augment", [True, False])
+def test_single_cls_makes_every_label_class_0(chess_train, augment):
+    """Ultralytics' ``single_cls`` (a 1-class model): its datasets set every label's class to 0,
+    for the loss and for validation; so do ours (labels and batches)."""
+    hyp = SimpleNamespace(**{**vars(HYP), "single_cls": True})
+    dataset = du.DetfmtYoloDataset(chess_train, augment=augment, hyp=hyp)
+    assert all(not label["cls"].any() for label in dataset.labels)
+    assert sum(len(label["cls"]) for label in dataset.labels) == int(np.sum(dataset.ds.counts))
+    loader = du.DetfmtYoloLoader(dataset, 4, imgsz=96, augment=augment, threads=1)
+    counts = [len(out["cls"]) for out in loader]
+    assert sum(counts) > 0
+    assert all(not out["cls"].any() for out in loader)
