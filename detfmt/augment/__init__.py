@@ -31,6 +31,7 @@ from detfmt.augment.geometric import (
 )
 from detfmt.augment.mosaic import MixUp, Mosaic
 from detfmt.augment.render import render_batch
+from detfmt.augment.resize import ShortestEdgeResize
 from detfmt.augment.sanitize import (
     AlbumentationsFilter,
     AllOf,
@@ -63,6 +64,7 @@ __all__ = [
     "RandomIoUCrop",
     "ResizePad",
     "SanitizeBoxes",
+    "ShortestEdgeResize",
     "ToFloat",
     "TorchvisionSanitize",
     "UltralyticsCandidates",

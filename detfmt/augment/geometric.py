@@ -62,12 +62,15 @@ class Warp(GeometricTransform):
         return Plan(matrix, self.size or state.image_size, area)
 
 
+ROUNDINGS = ("round", "ceil")
+
+
 class LetterboxFit(NamedTuple):
     """`Letterbox.fit`: float64 (B, 3, 3) matrices, content sizes and scales (B,)."""
 
     matrix: torch.Tensor
-    height: torch.Tensor  # round(h r), at least 1
-    width: torch.Tensor  # round(w r), at least 1
+    height: torch.Tensor  # round(h r) (or ceil, see `Letterbox`), at least 1
+    width: torch.Tensor  # round(w r) (or ceil), at least 1
     sx: torch.Tensor
     sy: torch.Tensor
 
@@ -78,6 +81,12 @@ class Letterbox(GeometricTransform):
     The scale is ``r = min(H / h, W / w)`` of each sample's valid region (``batch.sizes``, else
     the full image); the content is ``round(w r) x round(h r)`` and centred like Ultralytics
     (left = floor(pad / 2)). ``scaleup=False`` only shrinks.
+
+    ``rounding`` sizes the content: ``"round"`` (the default) rounds half to even, as
+    Ultralytics' ``LetterBox`` and torchvision do; ``"ceil"`` is ``min(ceil(w r), W) x
+    min(ceil(h r), H)``, as Ultralytics' dataset resizes every image it trains and validates on
+    (``BaseDataset.load_image``), so a 640x428 image letterboxed to 96 is 96x65, not 96x64.
+    The Ultralytics presets (`yolo_train`, `yolo_val`) use ``"ceil"``.
     """
 
     reads_valid_region = True
@@ -91,11 +100,13 @@ class Letterbox(GeometricTransform):
         fill: float = 114.0,
         interpolation: str = "bilinear",
         box_filter: BoxRule | None = None,
+        rounding: str = "round",
     ) -> None:
         super().__init__(fill=fill, interpolation=interpolation, box_filter=box_filter)
         self.size = as_size("size", size)
         self.center = bool(center)
         self.scaleup = bool(scaleup)
+        self.rounding = check_rounding(rounding)
 
     def plan(self, state: GeometryState, params: Params) -> Plan:
         h, w = state.content_hw()
@@ -107,12 +118,18 @@ class Letterbox(GeometricTransform):
         """Where valid regions of (B,) float64 heights ``h`` and widths ``w`` go: the one
         formula for `plan` and for `Mosaic`'s resized tiles (which need the content size)."""
         out_h, out_w = self.size
-        r = torch.minimum(out_h / h, out_w / w)
+        # tensor / tensor: a true division, as Python's (``out_h / h`` is ``out_h * (1 / h)``
+        # in torch, which puts 480 x 640 at 96 on 72.00000000000001 rows: 73 with ``ceil``)
+        r = torch.minimum(h.new_tensor(float(out_h)) / h, w.new_tensor(float(out_w)) / w)
         if not self.scaleup:
             r = r.clamp(max=1.0)
         # At least one pixel: a 2x300 image letterboxed to 48 would otherwise get a width of 0
         # (a singular matrix).
-        new_w, new_h = torch.round(w * r).clamp_min(1), torch.round(h * r).clamp_min(1)
+        if self.rounding == "ceil":  # Ultralytics' load_image: min(ceil(w0 * r), imgsz)
+            new_w = torch.ceil(w * r).clamp(1, out_w)
+            new_h = torch.ceil(h * r).clamp(1, out_h)
+        else:
+            new_w, new_h = torch.round(w * r).clamp_min(1), torch.round(h * r).clamp_min(1)
         left = torch.floor((out_w - new_w) / 2) if self.center else torch.zeros_like(new_w)
         top = torch.floor((out_h - new_h) / 2) if self.center else torch.zeros_like(new_h)
         sx, sy = new_w / w, new_h / h
@@ -121,6 +138,13 @@ class Letterbox(GeometricTransform):
 
 
 ResizePad = Letterbox
+
+
+def check_rounding(rounding: str) -> str:
+    """``rounding`` if it is one of `ROUNDINGS`, else a `UsageError`."""
+    if rounding not in ROUNDINGS:
+        raise UsageError(f"rounding must be one of {ROUNDINGS}, got {rounding!r}")
+    return rounding
 
 
 class RandomAffine(GeometricTransform):

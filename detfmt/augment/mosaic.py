@@ -368,7 +368,8 @@ class Mosaic(Augmentation):
     the middle of the canvas, so the same affine reproduces Ultralytics' no-mosaic path.
 
     ``resize=S``: each tile is first scaled so that its long side is S (Ultralytics'
-    ``load_image``; `Letterbox` (S, center=False)'s matrix) and (H, W) is (S, S). Inside
+    ``load_image``; `Letterbox` (S, center=False, rounding=resize_rounding)'s matrix: pass
+    ``resize_rounding="ceil"`` for Ultralytics' tile sizes) and (H, W) is (S, S). Inside
     `Compose`, before a warp on the OpenCV backend, that scale is folded into the warp: each
     output pixel is one bilinear sample of the stored image, and neither the resized images
     nor the canvas are built. Elsewhere the tiles are resized, then placed. The ring buffer then
@@ -390,6 +391,7 @@ class Mosaic(Augmentation):
         buffer_size: int = 0,
         fill: float = 114.0,
         resize: int | tuple[int, int] | None = None,
+        resize_rounding: str = "round",
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__(generator)
@@ -400,7 +402,8 @@ class Mosaic(Augmentation):
         self.buffer = _RingBuffer(int(buffer_size)) if buffer_size > 0 else None
         self.resize: Letterbox | None = None
         if resize is not None:
-            self.resize = Letterbox(as_size("resize", resize), center=False, fill=fill)
+            self.resize = Letterbox(as_size("resize", resize), center=False, fill=fill,
+                                    rounding=resize_rounding)
         self._constants_cache: dict[tuple[object, ...], _LayoutConstants] = {}
 
     @property
@@ -690,7 +693,8 @@ class Mosaic(Augmentation):
         matrix = fit.matrix.to(torch.float32)  # as `Letterbox.plan` gives it
         affine = self.resize.affine_only
         moved = transform_boxes(flat_boxes, matrix, affine).to(boxes.dtype).view_as(boxes)
-        # The placed extent is the content the letterbox makes, round(h r) x round(w r): what
+        # The placed extent is the content the letterbox makes, round(h r) x round(w r) (or
+        # ceil, `resize_rounding`): what
         # `mapped_extent` of the float32 matrix gives too (its scale is within 2^-24 of the
         # exact ratio, far inside that function's 1e-3 tolerance below 16384 px), without
         # mapping the region's corners.

@@ -17,13 +17,16 @@ height are left out of the targets by default (``iscrowd`` is then all 0, as the
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 from detfmt.errors import UsageError
 from detfmt.integrations._objects import crowd_flags, image_objects
+from detfmt.reading.opener import open_dataset
 from detfmt.torch.batch import Batch
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -117,15 +120,30 @@ def to_hf_detection(
     return {"pixel_values": pixels, "pixel_mask": pixel_mask, "labels": labels}
 
 
+def original_sizes(ds: Any, indices: Any) -> torch.Tensor:
+    """(B, 2) int64 (height, width) of samples ``indices`` before any resize: the dataset's
+    ``orig_size`` field where it has one (the source image a converter shrank with
+    ``max_side``), else the stored size (nothing resized it)."""
+    rows = np.asarray(indices, dtype=np.int64).reshape(-1)
+    if "orig_size" in ds.schema.image_fields:
+        sizes = np.asarray(ds.image_field("orig_size"))[rows]
+    else:
+        sizes = np.asarray(ds.sizes)[rows]
+    return torch.as_tensor(np.asarray(sizes, dtype=np.int64).reshape(-1, 2))
+
+
 class HFDetectionCollator:
     """``collate_fn`` / ``data_collator`` for `detfmt.torch.DetectionDataset` items.
 
     Pads the samples into a `Batch` (``detfmt.torch.collate``), runs ``transform`` (a
-    ``detfmt.augment`` pipeline) if given, and returns `to_hf_detection`'s dict, so a
-    ``torch.utils.data.DataLoader`` or ``transformers.Trainer`` feeds the model directly.
-    ``dataset`` (a detfmt dataset), when given, supplies ``orig_size`` from ``ds.sizes``.
-    ``drop_crowd`` and ``drop_degenerate`` are `to_hf_detection`'s (the items carry the
-    dataset's per-box fields, ``iscrowd`` among them).
+    ``detfmt.augment`` pipeline, e.g. `detfmt.augment.ShortestEdgeResize` for DETR recipes)
+    if given, and returns `to_hf_detection`'s dict, so a ``torch.utils.data.DataLoader`` or
+    ``transformers.Trainer`` feeds the model directly (docs/integrations.md has both recipes).
+    ``orig_size`` is each image's size before any resize: with ``dataset`` (a detfmt dataset,
+    its path, or the `DetectionDataset`), the dataset's ``orig_size`` field (`original_sizes`),
+    so predictions scale back to the source images even where the converter shrank them;
+    without it, the stored size. ``drop_crowd`` and ``drop_degenerate`` are
+    `to_hf_detection`'s (the items carry the dataset's per-box fields, ``iscrowd`` among them).
     """
 
     def __init__(
@@ -145,7 +163,9 @@ class HFDetectionCollator:
         self.normalize = normalize
         self.image_mean = tuple(image_mean)
         self.image_std = tuple(image_std)
-        self.dataset = dataset
+        if isinstance(dataset, (str, os.PathLike)):
+            dataset = open_dataset(dataset)
+        self.dataset = getattr(dataset, "ds", dataset)  # a DetectionDataset: its dataset
 
     def __call__(self, samples: Sequence[dict[str, torch.Tensor]]) -> dict[str, Any]:
         from detfmt.torch.dataset import collate
@@ -154,11 +174,13 @@ class HFDetectionCollator:
         return self.from_batch(batch)
 
     def from_batch(self, batch: Batch) -> dict[str, Any]:
-        """The same conversion for a `Batch` from a `detfmt.torch.Loader`."""
+        """The same conversion for a `Batch` from a `detfmt.torch.Loader` (its ``convert=``;
+        pass the loader's own ``transform`` there, not here)."""
         orig_sizes = None
         if self.dataset is not None and batch.indices is not None:
-            sizes = self.dataset.sizes[batch.indices.numpy()]
-            orig_sizes = torch.as_tensor(sizes, dtype=torch.int64)
+            orig_sizes = original_sizes(self.dataset, batch.indices.cpu().numpy())
+        elif batch.sizes is not None:  # the stored size, before the transform resizes it
+            orig_sizes = batch.sizes.to(torch.int64).cpu()
         if self.transform is not None:
             batch = self.transform(batch)
         return to_hf_detection(

@@ -41,7 +41,7 @@ except ImportError as error:  # pragma: no cover - exercised only without ultral
     ) from error
 
 from detfmt.augment.compose import to_memory_format
-from detfmt.augment.presets import yolo_train, yolo_val
+from detfmt.augment.presets import YoloValLetterbox, yolo_rect_batches, yolo_train, yolo_val
 from detfmt.augment.targets import to_ultralytics
 from detfmt.errors import UsageError
 from detfmt.integrations._objects import crowd_flags
@@ -97,16 +97,18 @@ def resolve_data(data: Any) -> dict[str, Any]:
                 root = (path.parent / root).resolve()
             data = {**loaded, "path": root}
         elif _is_detfmt(path):
-            data = {"path": path.parent, "train": path, "val": path}
+            # absolute: the splits are joined to ``path`` below only when relative (a YAML's)
+            whole = path.resolve()
+            data = {"path": whole.parent, "train": whole, "val": whole}
             LOGGER.warning(f"detfmt: {path} is one dataset, it is used for training and validation")
         elif path.is_dir():
-            found = {s: path / s for s in SPLITS if _is_detfmt(path / s)}
+            found = {s: (path / s).resolve() for s in SPLITS if _is_detfmt(path / s)}
             if "train" not in found or "val" not in found:
                 raise UsageError(
                     f"{path} holds no detfmt datasets train/ and val/ (found {sorted(found)}); "
                     "pass a split root, a dataset, or a YAML with train: and val:"
                 )
-            data = {"path": path, **found}
+            data = {"path": path.resolve(), **found}
         else:
             raise UsageError(f"data {os.fspath(path)!r} is not a directory or a YAML file")
     if not isinstance(data, dict):
@@ -167,6 +169,8 @@ class DetfmtYoloDataset(torch.utils.data.Dataset):
         self.augment = augment
         self.hyp = hyp
         self.mosaic = bool(augment and getattr(hyp, "mosaic", 0.0) > 0)
+        # Ultralytics' single_cls: every label is class 0 (its datasets' update_labels)
+        self.single_cls = bool(getattr(hyp, "single_cls", False))
         self.im_files = [self._file_name(i) for i in range(len(self.ds))]
         self.labels = self._labels()
 
@@ -182,6 +186,7 @@ class DetfmtYoloDataset(torch.utils.data.Dataset):
         n = len(self.ds)
         for start in range(0, n, 4096):
             block = self.ds.labels(np.arange(start, min(n, start + 4096)))
+            classes = np.zeros_like(block.classes) if self.single_cls else block.classes
             for row, i in enumerate(block.indices.tolist()):
                 keep = block.mask[row]
                 h, w = sizes[i]
@@ -199,7 +204,7 @@ class DetfmtYoloDataset(torch.utils.data.Dataset):
                     {
                         "im_file": self.im_files[i],
                         "shape": (int(h), int(w)),
-                        "cls": block.classes[row][keep].astype(np.float32).reshape(-1, 1),
+                        "cls": classes[row][keep].astype(np.float32).reshape(-1, 1),
                         "bboxes": xywh,
                         "normalized": True,
                         "bbox_format": "xywh",
@@ -238,14 +243,22 @@ def _rank_and_world() -> tuple[int, int]:
     return 0, 1
 
 
-def _validation_order(ds: Any) -> SubsetOrder:
-    """Validation: this rank's contiguous share of ``0..N-1`` in order, each sample once.
+def _validation_order(order: np.ndarray, batch_size: int) -> SubsetOrder:
+    """Validation: this rank's share of ``order`` (all samples, each once), whole batches.
 
     Ultralytics validates on every rank and gathers the statistics on rank 0, so the shares
-    must neither overlap nor repeat samples (a padded order would count some twice).
+    must neither overlap nor repeat samples (a padded order would count some twice). The shares
+    are its ``ContiguousDistributedSampler``'s: contiguous runs of whole batches, the first
+    ranks one more where they do not divide, so each rect batch stays on one rank.
     """
     rank, world = _rank_and_world()
-    return SubsetOrder.share(len(ds), rank, world)
+    n = len(order)
+    unit = 1 if batch_size >= n else batch_size
+    batches = math.ceil(n / unit) if n else 0
+    base, extra = divmod(batches, world)
+    first = rank * base + min(rank, extra)
+    last = first + base + (1 if rank < extra else 0)
+    return SubsetOrder(n, order[min(first * unit, n):min(last * unit, n)])
 
 
 class DetfmtYoloLoader:
@@ -259,9 +272,12 @@ class DetfmtYoloLoader:
     shuffled, each rank its share of every global batch (rank and world size from
     ``torch.distributed`` under Ultralytics' DDP), the `yolo_train` preset built from the run's
     hyperparameters (rebuilt by ``reset()`` after ``close_mosaic``), its parameters re-seeded
-    per batch from (seed, epoch, position). Validation: each rank's contiguous share, in order,
-    every sample once, through the `yolo_val` letterbox. ``rank``/``world_size`` override
-    torch.distributed's for training (several ranks simulated in one machine).
+    per batch from (seed, epoch, position). Validation: each rank's contiguous share of whole
+    batches, every sample once, through `yolo_val`: with ``rect`` (Ultralytics' default for
+    validation) in its rect batches (`yolo_rect_batches`: sorted by aspect ratio, each batch
+    on its own ``stride``-aligned canvas), else in dataset order on the ``imgsz`` square.
+    ``rank``/``world_size`` override torch.distributed's for training (several ranks simulated
+    in one machine).
     """
 
     def __init__(
@@ -276,11 +292,20 @@ class DetfmtYoloLoader:
         prefetch: int | None = None,
         rank: int | None = None,
         world_size: int | None = None,
+        rect: bool = False,
+        stride: int = 32,
     ) -> None:
         self.dataset = dataset
         self.batch_size = int(batch_size)
         self.imgsz = int(imgsz)
         self.augment = augment
+        self.rect = bool(rect) and not augment
+        self.canvases: np.ndarray | None = None
+        order = np.arange(len(dataset), dtype=np.int64)
+        if self.rect:
+            order, self.canvases = yolo_rect_batches(
+                np.asarray(dataset.ds.sizes), self.batch_size, self.imgsz, stride=int(stride)
+            )
         self.seed = int(seed)
         self.num_workers = int(threads)
         workers = max(1, self.num_workers)
@@ -303,7 +328,7 @@ class DetfmtYoloLoader:
                 rank=0,
                 world_size=1,
                 drop_last=False,
-                sampling=Sampling(order=_validation_order(dataset.ds)),
+                sampling=Sampling(order=_validation_order(order, self.batch_size)),
                 delivery=delivery,
             )
         self.drop_last = bool(self.loader.drop_last)
@@ -345,8 +370,9 @@ class DetfmtYoloLoader:
                 memory_format=torch.contiguous_format,
             )
         else:
-            transform = yolo_val(self.imgsz)
+            transform = yolo_val(self.imgsz, canvases=self.canvases)
         self.batches.transform = transform
+        self.placement = YoloValLetterbox(self.imgsz)  # ratio_pad of the batches
 
     def set_epoch(self, epoch: int) -> None:
         self.loader.set_epoch(epoch)
@@ -373,24 +399,30 @@ class DetfmtYoloLoader:
         targets = to_ultralytics(_without_crowd(batch))
         indices = batch.indices.tolist() if batch.indices is not None else [None] * len(batch)
         stored = np.asarray(self.dataset.ds.sizes)
-        height, width = batch.images.shape[-2:]
-        ori, ratio_pad = [], []
-        for index in indices:
-            h0, w0 = (int(v) for v in stored[index]) if index is not None else (height, width)
-            # the val letterbox: long side to imgsz, centred (Ultralytics' LetterBox)
-            r = min(height / h0, width / w0)
-            new_h, new_w = round(h0 * r), round(w0 * r)
-            left, top = math.floor((width - new_w) / 2), math.floor((height - new_h) / 2)
-            ori.append((h0, w0))
-            ratio_pad.append(((new_h / h0, new_w / w0), (left, top)))
+        height, width = (int(v) for v in batch.images.shape[-2:])
+        ori = [tuple(int(v) for v in stored[i]) if i is not None else (height, width)
+               for i in indices]
+        # Where the validation geometry put each image (Ultralytics' load_image resize, then its
+        # LetterBox on the batch's canvas): ((h1 / h0, w1 / w0), (left, top)), as its datasets.
+        place = self.placement.place(torch.tensor(ori, dtype=torch.int64).reshape(-1, 2),
+                                     (height, width))
+        ratio_pad = [
+            ((h1 / h0, w1 / w0), (int(left), int(top)))
+            for (h0, w0), h1, w1, left, top in zip(
+                ori, place.height.tolist(), place.width.tolist(), place.left.tolist(),
+                place.top.tolist(), strict=True)
+        ]
+        cls = targets["cls"]
+        if self.dataset.single_cls:
+            cls = torch.zeros_like(cls)
         return {
             "img": _nchw(batch.images),
-            "cls": targets["cls"],
+            "cls": cls,
             "bboxes": targets["bboxes"],
             "batch_idx": targets["batch_idx"],
             "im_file": tuple(self.dataset.im_files[i] if i is not None else "" for i in indices),
             "ori_shape": tuple(ori),
-            "resized_shape": tuple((int(height), int(width)) for _ in indices),
+            "resized_shape": tuple((height, width) for _ in indices),
             "ratio_pad": tuple(ratio_pad),
         }
 
@@ -414,7 +446,9 @@ def _threads(workers: int) -> int:
     return max(1, min(int(workers) or 1, os.cpu_count() or 1))
 
 
-def _dataloader(args: Any, path: str, batch_size: int, mode: str, stride: int) -> DetfmtYoloLoader:
+def _dataloader(
+    args: Any, path: str, batch_size: int, mode: str, stride: int, *, rect: bool = False
+) -> DetfmtYoloLoader:
     augment = mode == "train"
     dataset = DetfmtYoloDataset(path, augment=augment, hyp=copy(args))
     imgsz = int(math.ceil(int(args.imgsz) / stride) * stride)
@@ -425,6 +459,8 @@ def _dataloader(args: Any, path: str, batch_size: int, mode: str, stride: int) -
         augment=augment,
         seed=int(args.seed),
         threads=_threads(args.workers),
+        rect=rect,
+        stride=stride,
     )
 
 
@@ -450,7 +486,8 @@ class DetfmtTrainer(DetectionTrainer):
             raise UsageError(f"mode must be 'train' or 'val', not {mode!r}")
         model = unwrap_model(self.model)  # DDP wraps it
         stride = max(int(model.stride.max()) if hasattr(model, "stride") else 32, 32)
-        return _dataloader(self.args, dataset_path, batch_size, mode, stride)
+        # Ultralytics' trainer validates on rect batches (its build_dataset: rect=mode == "val")
+        return _dataloader(self.args, dataset_path, batch_size, mode, stride, rect=mode == "val")
 
     def get_validator(self) -> DetfmtValidator:
         return DetfmtValidator(
@@ -477,4 +514,6 @@ class DetfmtValidator(DetectionValidator):
         stride = max(
             int(self.stride.max()) if hasattr(self.stride, "max") else int(self.stride), 32
         )
-        return _dataloader(self.args, dataset_path, batch_size, "val", stride)
+        # rect as Ultralytics' own validator: model.val() sets rect=True unless told otherwise
+        return _dataloader(self.args, dataset_path, batch_size, "val", stride,
+                           rect=bool(self.args.rect))

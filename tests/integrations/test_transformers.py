@@ -118,3 +118,114 @@ def test_crowd_and_zero_area_boxes_are_left_out_as_transformers_processors_do():
         removed = int(mine["removed_crowd"]) + int(mine["removed_degenerate"])
         assert len(ref["class_labels"]) + removed == int(MASK[i].sum())
     assert sum(int(t["removed_crowd"]) for t in ours["labels"]) == 2
+
+
+def _small_detr_config(num_labels):
+    """The recipes' DETR config (docs/integrations.md), random weights, no download."""
+    from transformers import DetrConfig, ResNetConfig
+
+    return DetrConfig(
+        use_timm_backbone=False, use_pretrained_backbone=False,
+        backbone_config=ResNetConfig(embedding_size=16, hidden_sizes=[16, 32, 64, 128],
+                                     depths=[1, 1, 1, 1], out_features=["stage4"]),
+        num_labels=num_labels, d_model=64, encoder_layers=1, decoder_layers=1,
+        encoder_ffn_dim=128, decoder_ffn_dim=128, encoder_attention_heads=4,
+        decoder_attention_heads=4, num_queries=30,
+    )
+
+
+@pytest.fixture(scope="module")
+def shrunk(tmp_path_factory):
+    """The chess sample converted with max_side=320: stored 214 x 320, orig_size 428 x 640."""
+    from detfmt.convert import from_coco
+
+    from .conftest import CHESS
+
+    path = tmp_path_factory.mktemp("shrunk") / "train"
+    from_coco(CHESS / "annotations.coco.json", CHESS, path, max_side=320)
+    return path
+
+
+def test_collator_orig_size_is_the_image_before_the_converter_shrank_it(shrunk):
+    """Issue 29 (18): ``orig_size`` is the dataset's ``orig_size`` field (the source image),
+    not the stored size, with the dataset given as itself, its path or the DetectionDataset."""
+    ds = detfmt.open(shrunk)
+    assert tuple(int(v) for v in ds.sizes[0]) == (214, 320)
+    original = [tuple(int(v) for v in row) for row in ds.image_field("orig_size")]
+    assert original[0] == (428, 640)
+    items = DetectionDataset(shrunk, layout="CHW")
+    picked = [items[i] for i in (0, 3, 5)]
+    for source in (ds, shrunk, items):
+        out = HFDetectionCollator(A.Letterbox(128), dataset=source)(picked)
+        assert [tuple(t["orig_size"].tolist()) for t in out["labels"]] == [
+            original[i] for i in (0, 3, 5)]
+    # without a dataset: the stored size, not the letterboxed extent
+    out = HFDetectionCollator(A.Letterbox(128))(picked)
+    assert [tuple(t["orig_size"].tolist()) for t in out["labels"]] == [(214, 320)] * 3
+
+
+def _varied_items(path):
+    """Chess items cut to different sizes (boxes kept where inside), as CHW uint8."""
+    items = []
+    for k, (h, w) in enumerate([(428, 640), (300, 640), (428, 350), (200, 260)]):
+        item = DetectionDataset(path, layout="CHW")[k]
+        boxes = item["boxes"]
+        inside = (boxes[:, 2] <= w) & (boxes[:, 3] <= h)
+        items.append({**item, "image": item["image"][:, :h, :w].contiguous(),
+                      "boxes": boxes[inside], "classes": item["classes"][inside],
+                      "size": torch.tensor([h, w], dtype=torch.int32),
+                      "box_fields": {n: v[inside] for n, v in item["box_fields"].items()}})
+    return items
+
+
+@pytest.mark.parametrize(("shortest", "longest"), [(160, 256), (200, 1333), (500, 700)])
+def test_shortest_edge_resize_is_detr_processors(chess_train, shortest, longest):
+    """ShortestEdgeResize + the collator give DetrImageProcessor's own resize: same sizes,
+    masks and boxes, pixels within one grey level (antialiased both)."""
+    items = _varied_items(chess_train)
+    ours = HFDetectionCollator(A.ShortestEdgeResize(shortest, longest))(items)
+    processor = transformers.DetrImageProcessor(
+        do_resize=True, size={"shortest_edge": shortest, "longest_edge": longest}, do_pad=True)
+    images = [item["image"] for item in items]
+    annotations = [
+        {"image_id": int(item["index"]), "annotations": [
+            {"bbox": [x1, y1, x2 - x1, y2 - y1], "category_id": int(c), "area": 1.0,
+             "iscrowd": 0}
+            for (x1, y1, x2, y2), c in zip(item["boxes"].tolist(), item["classes"].tolist(),
+                                           strict=True)]}
+        for item in items
+    ]
+    theirs = processor(images=images, annotations=annotations, return_tensors="pt")
+    assert ours["pixel_values"].shape == theirs["pixel_values"].shape
+    assert torch.equal(ours["pixel_mask"], theirs["pixel_mask"])
+    level = 1 / 255 / min(transformers.DetrImageProcessor().image_std)  # one grey level
+    diff = (ours["pixel_values"] - theirs["pixel_values"]).abs()
+    assert float(diff.max()) <= level * 1.01 and float(diff.mean()) < level / 4
+    for mine, ref in zip(ours["labels"], theirs["labels"], strict=True):
+        assert torch.equal(mine["class_labels"], ref["class_labels"])
+        torch.testing.assert_close(mine["boxes"], ref["boxes"], rtol=0, atol=1e-5)
+        assert mine["orig_size"].tolist() == list(ref["orig_size"])
+
+
+def test_dataloader_recipe_trains_detr(chess_train):
+    torch.manual_seed(0)
+    names = detfmt.open(chess_train).class_names
+    ns = run_recipe("transformers-dataloader", train_path=chess_train, STEPS=3,
+                    config=_small_detr_config(len(names)))
+    losses = ns["losses"]
+    assert len(losses) == 6 and all(torch.isfinite(torch.tensor(losses)))
+    assert falling(losses, window=2), losses
+
+
+def test_trainer_recipe_trains_detr(chess_train, tmp_path, monkeypatch):
+    pytest.importorskip("accelerate")
+    # this repository's tests/datasets.py is importable as `datasets` under pytest, which
+    # transformers takes for Hugging Face's datasets package (not installed here)
+    monkeypatch.setattr("transformers.trainer.is_datasets_available", lambda: False)
+    torch.manual_seed(0)
+    names = detfmt.open(chess_train).class_names
+    ns = run_recipe("transformers-trainer", train_path=chess_train, STEPS=6,
+                    output_dir=str(tmp_path), config=_small_detr_config(len(names)))
+    losses = ns["losses"]
+    assert len(losses) == 6 and all(torch.isfinite(torch.tensor(losses)))
+    assert ns["trainer"].state.global_step == 6

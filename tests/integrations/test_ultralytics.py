@@ -5,6 +5,9 @@ validation geometry maps back to the stored boxes."""
 from __future__ import annotations
 
 import csv
+import re
+import shutil
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -198,3 +201,56 @@ def test_crowd_boxes_are_left_out_of_the_targets(chess_train):
     kept[0] = False  # the first valid box, in slot order
     assert torch.equal(out["bboxes"], plain["bboxes"][kept])
     assert torch.equal(out["cls"], plain["cls"][kept])
+
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def _readme_ultralytics_snippet() -> str:
+    """The README's Ultralytics one-liner as printed: a python block that names
+    ``DetfmtTrainer``, else the inline code span that does."""
+    text = README.read_text(encoding="utf-8")
+    for block in re.findall(r"```python\n(.*?)```", text, re.S):
+        if "trainer=DetfmtTrainer" in block:
+            return block
+    spans = [s for s in re.findall(r"`([^`\n]+)`", text) if "trainer=DetfmtTrainer" in s]
+    assert spans, "the README shows no Ultralytics snippet (trainer=DetfmtTrainer)"
+    return spans[0]
+
+
+def test_readme_snippet_runs_as_printed_on_a_relative_path(chess_root, tmp_path, monkeypatch):
+    """Issue 29 (11): the README's snippet, exactly its text, from the folder holding its
+    relative ``data/split`` (a split root). Ultralytics' defaults (100 epochs at 640) are made
+    small for the test through its default config, not by editing the snippet."""
+    from ultralytics.utils import DEFAULT_CFG
+
+    snippet = _readme_ultralytics_snippet()
+    match = re.search(r"data=[\"']([^\"']+)[\"']", snippet)
+    assert match and not Path(match.group(1)).is_absolute(), snippet
+    shutil.copytree(chess_root, tmp_path / match.group(1))
+    monkeypatch.chdir(tmp_path)
+    small = dict(epochs=1, imgsz=64, batch=4, device="cpu", workers=1, amp=False, plots=False,
+                 verbose=False, project=str(tmp_path / "runs"))  # Ultralytics' tests/tmp else
+    for name, value in small.items():
+        monkeypatch.setattr(DEFAULT_CFG, name, value)
+    from ultralytics import YOLO
+
+    # The names the README's import line brings (the snippet's own imports, if printed, rerun)
+    namespace = {"YOLO": YOLO, "DetfmtTrainer": du.DetfmtTrainer}
+    exec(compile(snippet, str(README), "exec"), namespace)
+    runs = list(tmp_path.glob("runs/*/weights/last.pt"))
+    assert len(runs) == 1, runs
+
+
+@pytest.mark.parametrize("augment", [True, False])
+def test_single_cls_makes_every_label_class_0(chess_train, augment):
+    """Ultralytics' ``single_cls`` (a 1-class model): its datasets set every label's class to 0,
+    for the loss and for validation; so do ours (labels and batches)."""
+    hyp = SimpleNamespace(**{**vars(HYP), "single_cls": True})
+    dataset = du.DetfmtYoloDataset(chess_train, augment=augment, hyp=hyp)
+    assert all(not label["cls"].any() for label in dataset.labels)
+    assert sum(len(label["cls"]) for label in dataset.labels) == int(np.sum(dataset.ds.counts))
+    loader = du.DetfmtYoloLoader(dataset, 4, imgsz=96, augment=augment, threads=1)
+    counts = [len(out["cls"]) for out in loader]
+    assert sum(counts) > 0
+    assert all(not out["cls"].any() for out in loader)
