@@ -254,6 +254,10 @@ class Loader:
         self.prefetch_shards = prefetch_shards
         self.device = torch.device(device) if device is not None else None
         cuda = self.device is not None and self.device.type == "cuda"
+        if cuda and not torch.cuda.is_available():  # name what the user passed, not pin_memory
+            raise UsageError(f"device={str(device)!r} needs CUDA, and torch.cuda.is_available() "
+                             f"is False (torch {torch.__version__}): pass device='cpu' or "
+                             f"leave device unset")
         self.pin_memory = bool(cuda if pin_memory is None else pin_memory)
         if self.pin_memory and not torch.cuda.is_available():
             raise UsageError("pin_memory=True needs CUDA (torch.cuda.is_available() is False)")
