@@ -13,10 +13,18 @@ fi
 .venv/bin/python -m pip install -q --disable-pip-version-check \
   -e '.[test,torch,fast,plot,scale,augment-test]' torch==2.13.0
 .venv/bin/python -m ruff check .
-.venv/bin/python -m pytest -q "$@"
+status=0
+.venv/bin/python -m pytest -q "$@" || status=$?
 # The training integrations (Ultralytics, torchvision, transformers, Lightning, JAX, TF) need
 # torch 2.14.1 + torchvision, so they run in their own environment (tools/test_integrations.sh),
 # after the main suite and only for a whole-suite run; DETFMT_SKIP_INTEGRATIONS=1 skips them.
+# They run even when the main suite failed (one failure must not hide the rest); the exit
+# status is the main suite's when it failed, else theirs.
 if [ "$#" -eq 0 ] && [ "${DETFMT_SKIP_INTEGRATIONS:-0}" != 1 ]; then
-  bash tools/test_integrations.sh
+  rc=0
+  bash tools/test_integrations.sh || rc=$?
+  if [ "$status" -eq 0 ]; then
+    status=$rc
+  fi
 fi
+exit "$status"
