@@ -14,6 +14,8 @@ if [ ! -x .venv/bin/python ]; then
 fi
 # what the README installs ([torch] brings OpenCV, the CPU augmentation backend); torch pinned
 # to the CPU build on this machine's disk, as tools/test.sh does
+. tools/cpu_torch.sh
+cpu_torch .venv/bin/python torch==2.13.0
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[torch]' torch==2.13.0
 OUT=${DEMO_OUT:-out/demo}
 mkdir -p "$OUT"

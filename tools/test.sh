@@ -7,11 +7,13 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 # torch is pinned here (the CPU build on this machine's disk); the package itself asks for a range.
-# The scale extra (Ray, Dask, fsspec/s3fs, moto) and OpenCV (augmentation parity) are test-only;
+# The scale extra (Ray, Dask, fsspec/s3fs, moto) is test-only ([torch] brings OpenCV);
 # fast (numba) is installed so both gather paths are tested (tests/core/test_gather_kernel.py),
 # plot (matplotlib) so the stats plot is (tests/workflows).
+. tools/cpu_torch.sh
+cpu_torch .venv/bin/python torch==2.13.0
 .venv/bin/python -m pip install -q --disable-pip-version-check \
-  -e '.[test,torch,fast,plot,scale,augment-test]' torch==2.13.0
+  -e '.[test,torch,fast,plot,scale]' torch==2.13.0
 .venv/bin/python -m ruff check .
 status=0
 .venv/bin/python -m pytest -q "$@" || status=$?
