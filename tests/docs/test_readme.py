@@ -44,6 +44,10 @@ def test_the_torch_extra_listed_is_pyprojects():
     assert "opencv-python-headless" in _names(extra)  # the fast CPU augmentation backend
 
 
+def test_the_scale_extra_listed_is_pyprojects():
+    assert _listed("pip install -e '.[scale]'") == _names(PROJECT["optional-dependencies"]["scale"])
+
+
 def test_every_extra_the_readme_installs_exists():
     extras = set(PROJECT["optional-dependencies"])
     named = set()
