@@ -33,20 +33,19 @@ def test_results_in_order():
     assert run_forked(_square, [1, 2, 3], timeout=30) == [1, 4, 9]
 
 
-@pytest.mark.timeout(60)
+# No wall-clock assertions (issue 29): which message comes back says which path was taken (a
+# death seen at once, or the timeout), and pytest-timeout only bounds a hang.
+@pytest.mark.timeout(900)
 def test_a_dead_child_fails_at_once():
-    start = time.monotonic()
+    """Reported as a death, not as the (long) timeout running out."""
     with pytest.raises(AssertionError, match=r"died without a result \(exit code 3\)"):
-        run_forked(_die, [0, 1], timeout=30)
-    assert time.monotonic() - start < 20
+        run_forked(_die, [0, 1], timeout=600)
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(900)
 def test_a_hung_child_that_ignores_sigterm_fails_after_the_timeout():
-    start = time.monotonic()
     with pytest.raises(AssertionError, match="no result within 2 s"):
         run_forked(_hang_deaf, [0], timeout=2)
-    assert time.monotonic() - start < 20
 
 
 def test_a_child_s_exception_is_reported():

@@ -43,7 +43,7 @@ def set_cpu_backend(backend: Backend = "auto") -> None:
     if backend not in BACKENDS:
         raise UsageError(f"backend must be one of {BACKENDS}, got {backend!r}")
     if backend == "opencv" and not cv2_available():
-        raise UsageError("the opencv backend needs opencv-python-headless (detfmt[augment-cpu])")
+        raise UsageError("the opencv backend needs opencv-python-headless (detfmt[torch])")
     _state["backend"] = backend
 
 

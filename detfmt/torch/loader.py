@@ -241,6 +241,10 @@ class Loader:
         self.prefetch_shards = delivery.prefetch_shards
         self.device = torch.device(delivery.device) if delivery.device is not None else None
         cuda = self.device is not None and self.device.type == "cuda"
+        if cuda and not torch.cuda.is_available():  # name what the user passed, not pin_memory
+            raise UsageError(f"device={str(delivery.device)!r} needs CUDA, and "
+                             f"torch.cuda.is_available() is False (torch {torch.__version__}): "
+                             "pass device='cpu' or leave device unset")
         self.pin_memory = bool(cuda if delivery.pin_memory is None else delivery.pin_memory)
         if self.pin_memory and not torch.cuda.is_available():
             raise UsageError("pin_memory=True needs CUDA (torch.cuda.is_available() is False)")

@@ -174,7 +174,14 @@ def test_ctrl_c_prints_one_line_and_exits_130(tmp_path):
     try:
         first = proc.stderr.readline()  # "codec: raw (...)": the write pass has started
         assert first.startswith("codec"), first
-        time.sleep(1.0)
+        # Samples are flowing: the writer's temporary images.bin holds bytes (an event, not a
+        # sleep: on a loaded machine the workers may take seconds to start)
+        deadline = time.monotonic() + 300  # a bound on a hang only
+        blobs = ".detfmt-tmp-out-*/images.bin"
+        while not any(blob.stat().st_size for blob in tmp_path.glob(blobs)):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the write never started"
+            time.sleep(0.02)
         os.killpg(proc.pid, signal.SIGINT)
         _, err = proc.communicate(timeout=60)
     finally:
@@ -182,15 +189,22 @@ def test_ctrl_c_prints_one_line_and_exits_130(tmp_path):
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 130, err
     assert err == "detfmt: interrupted\n"
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 120  # a bound on a hang: killed workers go in moments
     while any(state != "Z" for state in _in_group(proc.pid)) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert all(state == "Z" for state in _in_group(proc.pid))
     assert not (tmp_path / "out").exists()
 
 
-def _sleep_child() -> None:
-    time.sleep(1.5)
+def _wait_for_usr1(ready) -> None:
+    """Say it is running, then wait for SIGUSR1 (sent after the SIGINT under test: pending
+    signals are handled lowest number first, so SIGINT's handler has run by the time this
+    returns, whatever the machine's load)."""
+    done = []
+    signal.signal(signal.SIGUSR1, lambda signum, frame: done.append(signum))
+    ready.set()
+    while not done:
+        signal.pause()
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="fork")
@@ -206,11 +220,14 @@ def test_forked_workers_leave_ctrl_c_to_the_parent():
     try:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         cli._interrupt_in_parent_only()
-        child = multiprocessing.get_context("fork").Process(target=_sleep_child)
+        context = multiprocessing.get_context("fork")
+        ready = context.Event()
+        child = context.Process(target=_wait_for_usr1, args=(ready,))
         child.start()
-        time.sleep(0.5)
+        assert ready.wait(300)  # the child runs with the handler it inherited
         os.kill(child.pid, signal.SIGINT)
-        child.join(10)
+        os.kill(child.pid, signal.SIGUSR1)
+        child.join(300)
         assert child.exitcode == 0  # the default handler makes it exit 1 with a traceback
         with pytest.raises(KeyboardInterrupt):  # the parent still gets it
             signal.raise_signal(signal.SIGINT)

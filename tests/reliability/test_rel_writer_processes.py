@@ -24,17 +24,35 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="us
 
 
 def start_slow_writer(target: Path, workers: int = 2) -> tuple[subprocess.Popen[str], Path]:
+    """A writer in the middle of a write: samples are flowing (its marker file exists) and each
+    of its ``workers`` processes is running with SIGINT ignored. Waits for those events, not
+    for a time: on a loaded machine a worker can take seconds between its fork and its
+    initializer, and a Ctrl-C in that window is a different test (the worker's traceback)."""
     marker = target.parent / f"{target.name}.started"
     proc = subprocess.Popen([sys.executable, str(CHILD), "slow-write", str(target), str(workers),
                              str(marker)], env=rh.child_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
-    deadline = time.monotonic() + 60
-    while not marker.exists():
+    deadline = time.monotonic() + 300  # a bound on a hang, never reached by a working writer
+    while not (marker.exists() and len(ignoring_sigint(children_of(proc.pid))) >= workers):
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
             raise AssertionError(f"the writer did not start: {proc.communicate()}")
         time.sleep(0.02)
     return proc, marker
+
+
+def ignoring_sigint(pids: list[int]) -> list[int]:
+    """The processes among ``pids`` whose SIGINT disposition is SIG_IGN (/proc's SigIgn mask)."""
+    found = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/status") as handle:
+                masks = dict(line.split(":\t", 1) for line in handle if ":\t" in line)
+        except OSError:
+            continue
+        if int(masks.get("SigIgn", "0"), 16) & (1 << (signal.SIGINT - 1)):
+            found.append(pid)
+    return found
 
 
 def _processes(keep) -> list[int]:
@@ -65,7 +83,9 @@ def running(pid: int) -> bool:
         return False
 
 
-def wait_gone(pids: list[int], seconds: float = 10.0) -> list[int]:
+def wait_gone(pids: list[int], seconds: float = 120.0) -> list[int]:
+    """``pids`` still running after they all exit or ``seconds`` pass (a bound on a hang: a
+    killed worker goes in moments, but a loaded machine may not schedule it for a while)."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         alive = [pid for pid in pids if running(pid)]
@@ -223,7 +243,7 @@ def test_a_killed_conversion_leaves_no_worker(tmp_path: Path, survivors: list[in
          "--names", str(src / "names.txt"), "--workers", "2", "--on-error", "skip",
          "--max-side", "16", "--no-progress"], env=rh.child_env(), stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, start_new_session=True)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 300  # a bound on a hang only
     while len(group_members(proc.pid)) < 4 and proc.poll() is None:  # itself + 3 workers
         assert time.monotonic() < deadline, "the conversion never started its workers"
         time.sleep(0.05)

@@ -403,6 +403,10 @@ def test_usage_errors(make_any):
             Loader(ds, **{k: v() if callable(v) else v for k, v in kwargs.items()})
     with pytest.raises(UsageError):
         Loader(object(), 2)
+    if not torch.cuda.is_available():  # the error names the argument the user passed
+        with pytest.raises(UsageError, match="device='cuda'") as info:
+            Loader(ds, 2, device="cuda")
+        assert "pin_memory" not in str(info.value)
     loader = Loader(ds, 2)
     with pytest.raises(UsageError):
         loader.load_state_dict({"version": 99})
