@@ -20,7 +20,7 @@ import contextlib
 import os
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any, Protocol
 
 import numpy as np
@@ -55,6 +55,18 @@ def _pool() -> ThreadPoolExecutor:
             _POOL = ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1),
                                        thread_name_prefix="detfmt-batch")
         return _POOL
+
+
+def _split(work: Callable[[Any], None], shares: Sequence[Any]) -> None:
+    """``work(share)`` for every share: the first in the calling thread, the others in the pool
+    meanwhile (the caller works instead of waiting: one hand-off fewer per batch)."""
+    futures = [_pool().submit(work, share) for share in shares[1:]]
+    try:
+        work(shares[0])
+    finally:  # no share may still write into the buffer once this returns or raises
+        wait(futures)
+    for future in futures:
+        future.result()
 
 
 def _forget_pool_in_child() -> None:
@@ -281,8 +293,7 @@ class Gather:
             return job.table[1:3].T.copy()
         if num_threads > 1 and b > 1:
             parts = [range(t, b, num_threads) for t in range(num_threads)]
-            list(_pool().map(lambda rows: self._fill_rows(job, out, rows, pad_value, previous,
-                                                           io), parts))
+            _split(lambda rows: self._fill_rows(job, out, rows, pad_value, previous, io), parts)
         else:
             self._fill_rows(job, out, range(b), pad_value, previous, io)
         return job.table[1:3].T.copy()
@@ -354,7 +365,7 @@ class Gather:
                              int(job.codecs[j]), out[j, :h, :w], True)
 
         if num_threads > 1 and b > 1:
-            list(_pool().map(run, [np.arange(t, b, num_threads) for t in range(num_threads)]))
+            _split(run, [np.arange(t, b, num_threads) for t in range(num_threads)])
         else:
             run(np.arange(b))
         return True
@@ -519,11 +530,10 @@ class Gather:
         b = len(job)
         height, width = check_canvas(canvas) if canvas is not None else \
             job.padded_shape(self.where)
-        if out is None and pad_value == 0:  # fresh zeroed pages: the padding is already there
-            images = buffers.aligned_zeros((b, height, width, 3))
-            pad_value = None
-        else:
-            images = _output(out, b, height, width)
+        # A new array is uninitialised and only its padding is cleared: a zero-filled one costs
+        # a full extra pass (glibc's calloc memsets a batch-sized block, which its dynamic mmap
+        # threshold keeps on the heap after the first free), a third of a copy loop's time.
+        images = _output(out, b, height, width)
         threads = _thread_count(num_threads, images.nbytes, b)
         boxes, classes, mask, fields = self.labels(job, max_boxes)  # before any pixel is copied
         self.fill(job, images, pad_value, io=io, num_threads=threads)
