@@ -88,9 +88,14 @@ def decode_pixel_limit(codec: str) -> int | None:
 
 
 def decode_into(
-    payload: memoryview | bytes, codec: int, out: np.ndarray, *, path: str, index: int
+    payload: memoryview | bytes, codec: int, out: np.ndarray, *, path: str, index: int,
+    structure_checked: bool = False,
 ) -> None:
     """Decode one payload into ``out``, an (H, W, 3) uint8 array (it may be a strided view).
+
+    ``structure_checked``: these very bytes passed the SPEC §9 structure checks (`check_jpeg`,
+    `check_png`) in this process already, so they are not walked again (5% of a JPEG decode;
+    the gather engine remembers which samples passed). The size is still checked.
 
     Raises:
         DecodeError: ``ZSTD_SIZE``, ``ZSTD_WINDOW``, ``ZSTD_CORRUPT``, ``ZSTD_TRAILING``,
@@ -107,10 +112,12 @@ def decode_into(
             data = decode_zstd(payload, expected, path=path, index=index)
             np.copyto(out, np.frombuffer(data, np.uint8).reshape(height, width, 3))
     elif codec == spec.CODEC_JPEG:
-        check_jpeg(payload, height, width, path=path, index=index)
+        if not structure_checked:
+            check_jpeg(payload, height, width, path=path, index=index)
         _decode_jpeg_into(payload, out, path=path, index=index)
     elif codec == spec.CODEC_PNG:
-        check_png(payload, height, width, path=path, index=index)
+        if not structure_checked:
+            check_png(payload, height, width, path=path, index=index)
         np.copyto(out, _decode_pil(payload, height, width, "PNG", path=path, index=index))
     else:
         raise DecodeError(f"unknown codec id {codec}", rule="CODEC_UNKNOWN", path=path, index=index)
