@@ -119,6 +119,7 @@ def sides_for(ds, payloads: list[bytes], batch: int) -> dict[str, Callable[[], i
            "detfmt_batch_t1": detfmt_batch(num_threads=1),
            "detfmt_batch_out": detfmt_batch(num_threads=1, out=reused),
            "before_batch_out": before_batch_out,
+           "detfmt_batch_out_half": detfmt_batch(num_threads=1, out=reused, decode_scale=2),
            "simplejpeg_half": sj_half, "cv2_half": cv_half}
     try:
         from turbojpeg import TJPF_RGB, TurboJPEG
