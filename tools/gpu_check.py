@@ -170,7 +170,11 @@ def decode_rates(payloads: list[bytes], cuda: bool) -> dict[str, Any]:
         out["gpu"] = f"skipped (torchvision does not import: {type(error).__name__})"
         return out
     tensors = [torch.frombuffer(bytearray(p), dtype=torch.uint8) for p in payloads]
-    decode_jpeg(tensors[:2], device="cuda")
+    try:
+        decode_jpeg(tensors[:2], device="cuda")
+    except Exception as error:
+        out["gpu"] = _failure(error)
+        return out
 
     def gpu() -> int:
         for start in range(0, len(tensors), 64):
@@ -208,7 +212,7 @@ def train_step(path: Path, imgsz: int, batch: int, steps: int) -> str:
         xywh = torch.cat([(boxes[:, :2] + boxes[:, 2:]) / 2, boxes[:, 2:] - boxes[:, :2]], 1)
         xywh = xywh / hw.repeat(2)
         targets = {"batch_idx": idx, "cls": b.classes[mask].float()[:, None], "bboxes": xywh,
-                   "img": b.images.permute(0, 3, 1, 2).float() / 255}
+                   "img": _chw(b.images).float() / 255}
         loss, _ = model.loss(targets)
         optimizer.zero_grad()
         loss.sum().backward()
@@ -220,6 +224,27 @@ def train_step(path: Path, imgsz: int, batch: int, steps: int) -> str:
             totals.append(t2 - t0)
             images += int(b.images.shape[0])
     return f"{images / sum(totals):.1f} images/s, data wait {100 * sum(waits) / sum(totals):.0f}%"
+
+
+def _guard(rows: dict[str, str]) -> Callable[[str, Callable[[], Any]], Any]:
+    """Run a side's set-up; on an exception, its row says so and None comes back."""
+    def prepared(name: str, build: Callable[[], Any]) -> Any:
+        try:
+            return build()
+        except Exception as error:
+            rows[name] = _failure(error)
+            return None
+    return prepared
+
+
+def _failure(error: Exception) -> str:
+    text = f"{type(error).__name__}: {error}".replace("|", "/").replace("\n", " ")
+    return f"error ({text[:160]})"
+
+
+def _chw(images: torch.Tensor) -> torch.Tensor:
+    """(B, 3, H, W) whatever layout the batch has (the preset's output is CHW)."""
+    return images if images.shape[1] == 3 else images.permute(0, 3, 1, 2)
 
 
 def _endless(loader: Loader) -> Any:
@@ -241,48 +266,65 @@ def measure(args: argparse.Namespace) -> dict[str, str]:
             "loader cpu": lambda: loader_pass(raw, args.batch, None, args.batches),
             "augment cpu": augment_rate(raw, args.imgsz, args.batch, "cpu", args.batches),
         }
-        decode = decode_rates(payloads, cuda)
+        prepared = _guard(rows)
+        decode = decode_rates(payloads, cuda)  # the GPU side's set-up errors: in its rows
         sides["decode cpu"] = decode["cpu"]
         if callable(decode["gpu"]):
             sides["decode gpu"] = decode["gpu"]
         else:
             rows["decode gpu"] = decode["gpu"]
-        ultra = ultralytics_rate(args.data, args.imgsz, args.batch)
+        ultra = prepared("augment ultralytics",
+                         lambda: ultralytics_rate(args.data, args.imgsz, args.batch))
         if callable(ultra):
             sides["augment ultralytics"] = ultra
-        else:
+        elif ultra is not None:  # None: the set-up failed, its row says how
             rows["augment ultralytics"] = ultra
         if cuda:
             sides["loader cuda"] = lambda: loader_pass(raw, args.batch, "cuda", args.batches)
-            sides["augment gpu"] = augment_rate(raw, args.imgsz, args.batch, "cuda",
-                                                args.batches)
+            gpu_aug = prepared("augment gpu", lambda: augment_rate(raw, args.imgsz, args.batch,
+                                                                   "cuda", args.batches))
+            if callable(gpu_aug):
+                sides["augment gpu"] = gpu_aug
         results: dict[str, list[float]] = {name: [] for name in sides}
         names = list(sides)
+        failed: dict[str, str] = {}
         for r in range(args.rounds):  # interleaved, the order alternating
             for name in names if r % 2 == 0 else names[::-1]:
-                results[name].append(rate(sides[name], sync))
-        med = {name: statistics.median(v) for name, v in results.items()}
+                if name in failed:
+                    continue
+                try:
+                    results[name].append(rate(sides[name], sync))
+                except Exception as error:  # one broken side must not lose the table
+                    failed[name] = _failure(error)
+        med = {name: statistics.median(v) for name, v in results.items() if name not in failed}
+        rows.update(failed)
 
         def ratio(name: str, base: str) -> str:
             return f"{med[name]:.1f} images/s ({med[name] / med[base]:.2f}x {base})"
 
-        rows["loader cpu"] = f"{med['loader cpu']:.1f} images/s (baseline)"
-        rows["augment cpu"] = f"{med['augment cpu']:.1f} images/s (baseline)"
-        rows["decode cpu"] = f"{med['decode cpu']:.1f} images/s (baseline, simplejpeg)"
-        if "augment ultralytics" in med:
-            rows["augment ultralytics"] = ratio("augment ultralytics", "augment cpu")
-        if "decode gpu" in med:
-            rows["decode gpu"] = ratio("decode gpu", "decode cpu")
+        for name, label in (("loader cpu", "baseline"), ("augment cpu", "baseline"),
+                            ("decode cpu", "baseline, simplejpeg")):
+            if name in med:
+                rows[name] = f"{med[name]:.1f} images/s ({label})"
+        for name, base in (("augment ultralytics", "augment cpu"), ("decode gpu", "decode cpu"),
+                           ("loader cuda", "loader cpu"), ("augment gpu", "augment cpu")):
+            if name in med and base in med:
+                rows[name] = ratio(name, base)
+        if cuda and "loader cuda" in med and "loader cpu" in med:
+            try:
+                images = args.batches * args.batch
+                t_cpu, t_cuda = images / med["loader cpu"], images / med["loader cuda"]
+                t_copy = h2d_copy(raw, args.batch, args.batches)
+                hidden = 1 - max(0.0, t_cuda - t_cpu) / t_copy if t_copy > 0 else 1.0
+                rows["h2d overlap"] = (f"{100 * max(0.0, hidden):.0f}% of {1000 * t_copy:.0f} "
+                                       "ms of copies hidden (pinned, non_blocking)")
+            except Exception as error:
+                rows["h2d overlap"] = _failure(error)
         if cuda:
-            rows["loader cuda"] = ratio("loader cuda", "loader cpu")
-            rows["augment gpu"] = ratio("augment gpu", "augment cpu")
-            images = args.batches * args.batch
-            t_cpu, t_cuda = images / med["loader cpu"], images / med["loader cuda"]
-            t_copy = h2d_copy(raw, args.batch, args.batches)
-            hidden = 1 - max(0.0, t_cuda - t_cpu) / t_copy if t_copy > 0 else 1.0
-            rows["h2d overlap"] = (f"{100 * max(0.0, hidden):.0f}% of {1000 * t_copy:.0f} ms "
-                                   "of copies hidden (pinned, non_blocking)")
-            rows["train step"] = train_step(raw, args.imgsz, args.batch, args.train_steps)
+            try:
+                rows["train step"] = train_step(raw, args.imgsz, args.batch, args.train_steps)
+            except Exception as error:
+                rows["train step"] = _failure(error)
     return rows
 
 
