@@ -5,7 +5,9 @@ OpenCV's five; the bytes are the same. The kernel applies Ultralytics' LUTs in c
 `lut_parameters` finds, per sample, parameters that reproduce its tables entry for entry
 (float32 gains, an integer hue shift); a sample for which none do is left to OpenCV. Loading
 numba and the cached kernel takes about a second, once per process, on the first recoloured
-batch. Without numba, or with ``DETFMT_HSV=opencv``, the OpenCV calls run.
+batch; with an empty numba cache, compiling it takes a few CPU-seconds, and only the kernel of
+the layout in use (planar or RGB) is compiled. Without numba, or with ``DETFMT_HSV=opencv``,
+the OpenCV calls run.
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ _state: dict[str, Any] = {"loaded": False, "kernels": None}
 
 
 def recolour_kernels() -> tuple[Any, Any] | None:
-    """``(recolour_planar, recolour_rgb)`` from `_hsv_numba`, loaded on the first call; None
-    without numba or with ``DETFMT_HSV=opencv``."""
+    """``(recolour_planar, recolour_rgb)`` from `_hsv_numba` (imported on the first call, not
+    compiled: each compiles on its first use, `_ready`); None without numba or with
+    ``DETFMT_HSV=opencv``."""
     if not _state["loaded"]:
         with _lock:
             if not _state["loaded"]:
@@ -42,20 +45,34 @@ def _load() -> tuple[Any, Any] | None:
         from detfmt.augment._hsv_numba import recolour_planar, recolour_rgb
     except ImportError:
         return None
+    return recolour_planar, recolour_rgb
+
+
+def _ready(kernel: Any, planar: bool) -> bool:
+    """Compile (or load from numba's cache) one kernel on its first use, once per process;
+    False where it does not compile (OpenCV then gives the bytes). Only the kernel a pipeline
+    uses is compiled: a cold start (empty cache) pays one compile, not both (issue 27)."""
+    key = "planar" if planar else "rgb"
+    state = _state.setdefault("ready", {})
+    if key not in state:
+        with _lock:
+            if key not in state:
+                state[key] = _warm_up(kernel, planar)
+    return state[key]
+
+
+def _warm_up(kernel: Any, planar: bool) -> bool:
     pixel = np.zeros(12, np.uint8)
     identity = np.array([0.0, 1.0, 1.0], np.float32)
     rects = np.array([[0, 0, 3, 1]], np.int64)
-    try:  # resolve both signatures now (the cache lookup happens on a call)
-        for channels in (3, 4):
-            source = pixel[: 3 * channels]
-            recolour_planar(source, channels, 1, 3, rects, 0, identity,
-                            *np.zeros((3, 3), np.uint8))
-            recolour_rgb(source, channels, 1, 3, rects, 0, identity, np.zeros(9, np.uint8))
+    try:  # resolve the signature now (the cache lookup happens on a call)
+        targets = list(np.zeros((3, 3), np.uint8)) if planar else [np.zeros(9, np.uint8)]
+        kernel(pixel[:9], 3, 1, 3, rects, 0, identity, *targets)
     except Exception as error:  # a numba that cannot compile it: OpenCV still gives the bytes
         warnings.warn(f"detfmt: the native HSV kernel did not compile ({error!r}); RandomHSV "
-                      "runs through OpenCV", RuntimeWarning, stacklevel=3)
-        return None
-    return recolour_planar, recolour_rgb
+                      "runs through OpenCV", RuntimeWarning, stacklevel=4)
+        return False
+    return True
 
 
 def lut_parameters(gains: np.ndarray, tables: np.ndarray) -> np.ndarray:
@@ -131,6 +148,8 @@ def recolour(
     params = np.ascontiguousarray(parameters, np.float32).reshape(3)
     planar, rgb = kernels
     kernel = planar if len(targets) == 3 else rgb
+    if not _ready(kernel, len(targets) == 3):
+        return False
     code = kernel(source, channels, height, width, rects, int(fill), params, *targets)
     if code < 0:
         raise ValueError(f"content rectangles must lie within the {width}x{height} image "

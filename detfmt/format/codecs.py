@@ -130,9 +130,16 @@ def decode_pixel_limit(codec: str) -> int | None:
 
 
 def decode_into(
-    payload: memoryview | bytes, codec: int, out: np.ndarray, *, path: str, index: int
+    payload: memoryview | bytes, codec: int, out: np.ndarray, *, path: str, index: int,
+    structure_checked: bool = False, scaled: tuple[int, int, int] | None = None,
 ) -> None:
     """Decode one payload into ``out``, an (H, W, 3) uint8 array (it may be a strided view).
+
+    ``structure_checked``: these very bytes passed the SPEC §9 structure checks (`check_jpeg`,
+    `check_png`) in this process already, so they are not walked again (5% of a JPEG decode;
+    the gather engine remembers which samples passed). The size is still checked.
+    ``scaled``: (scale, stored height, stored width): a JPEG decoded at 1/scale (2, 4, 8) in
+    the DCT domain into ``out`` of ceil(stored / scale).
 
     Raises:
         DecodeError: ``ZSTD_SIZE``, ``ZSTD_WINDOW``, ``ZSTD_CORRUPT``, ``ZSTD_TRAILING``,
@@ -140,6 +147,15 @@ def decode_into(
     """
     height, width = out.shape[0], out.shape[1]
     expected = height * width * spec.CHANNELS
+    if scaled is not None:
+        if codec != spec.CODEC_JPEG:
+            raise DecodeError("only a JPEG decodes at a scale", rule="CODEC_UNKNOWN", path=path,
+                              index=index)
+        _, stored_h, stored_w = scaled
+        if not structure_checked:
+            check_jpeg(payload, stored_h, stored_w, path=path, index=index)
+        _decode_jpeg_into(payload, out, path=path, index=index, scaled=scaled)
+        return
     if codec == spec.CODEC_RAW:
         np.copyto(out, np.frombuffer(payload, np.uint8, expected).reshape(height, width, 3))
     elif codec == spec.CODEC_ZSTD:
@@ -149,10 +165,12 @@ def decode_into(
             data = decode_zstd(payload, expected, path=path, index=index)
             np.copyto(out, np.frombuffer(data, np.uint8).reshape(height, width, 3))
     elif codec == spec.CODEC_JPEG:
-        check_jpeg(payload, height, width, path=path, index=index)
+        if not structure_checked:
+            check_jpeg(payload, height, width, path=path, index=index)
         _decode_jpeg_into(payload, out, path=path, index=index)
     elif codec == spec.CODEC_PNG:
-        check_png(payload, height, width, path=path, index=index)
+        if not structure_checked:
+            check_png(payload, height, width, path=path, index=index)
         np.copyto(out, _decode_pil(payload, height, width, "PNG", path=path, index=index))
     else:
         raise DecodeError(f"unknown codec id {codec}", rule="CODEC_UNKNOWN", path=path, index=index)
@@ -274,8 +292,12 @@ def decode_zstd(payload: memoryview | bytes, expected: int, *, path: str, index:
     return out
 
 
-def _decode_jpeg_into(payload, out: np.ndarray, *, path: str, index: int) -> None:
+def _decode_jpeg_into(payload, out: np.ndarray, *, path: str, index: int,
+                      scaled: tuple[int, int, int] | None = None) -> None:
     height, width = out.shape[0], out.shape[1]
+    if scaled is not None:
+        _decode_jpeg_scaled(payload, out, scaled, path=path, index=index)
+        return
     if simplejpeg is None:
         np.copyto(out, _decode_pil(payload, height, width, "JPEG", path=path, index=index))
         return
@@ -287,6 +309,37 @@ def _decode_jpeg_into(payload, out: np.ndarray, *, path: str, index: int) -> Non
         contiguous = out.flags.c_contiguous
         target = out if contiguous else np.empty((height, width, 3), np.uint8)
         simplejpeg.decode_jpeg(payload, colorspace="RGB", buffer=target, strict=True)
+        if not contiguous:
+            np.copyto(out, target)
+    except DecodeError:
+        raise
+    except (ValueError, RuntimeError) as error:
+        raise DecodeError(f"cannot decode JPEG: {error}", rule="IMAGE_DECODE", path=path,
+                          index=index) from error
+
+
+def _decode_jpeg_scaled(payload, out: np.ndarray, scaled: tuple[int, int, int], *, path: str,
+                        index: int) -> None:
+    """libjpeg's DCT-domain scaled decode (simplejpeg asks for it with a minimum factor and
+    the exact output size: it picks the largest factor that keeps that size)."""
+    scale, stored_h, stored_w = scaled
+    height, width = out.shape[0], out.shape[1]
+    if simplejpeg is None:
+        raise DecodeError("a scaled JPEG decode needs simplejpeg (pip install simplejpeg)",
+                          rule="IMAGE_DECODE", path=path, index=index)
+    try:
+        got = simplejpeg.decode_jpeg_header(payload)
+        if (got[0], got[1]) != (stored_h, stored_w):
+            raise DecodeError(f"JPEG is {got[0]}x{got[1]}, index says {stored_h}x{stored_w}",
+                              rule="IMAGE_DECODE", path=path, index=index)
+        contiguous = out.flags.c_contiguous
+        target = out if contiguous else np.empty((height, width, 3), np.uint8)
+        image = simplejpeg.decode_jpeg(payload, colorspace="RGB", buffer=target, strict=True,
+                                       min_height=height, min_width=width, min_factor=scale)
+        if image.shape[:2] != (height, width):
+            raise DecodeError(f"the JPEG decoded at 1/{scale} is {image.shape[0]}x"
+                              f"{image.shape[1]}, expected {height}x{width}",
+                              rule="IMAGE_DECODE", path=path, index=index)
         if not contiguous:
             np.copyto(out, target)
     except DecodeError:

@@ -28,17 +28,6 @@ def aligned_empty(shape: int | tuple[int, ...], dtype: np.dtype | type = np.uint
     return raw[start : start + count * dtype.itemsize].view(dtype).reshape(shape)
 
 
-def aligned_zeros(shape: int | tuple[int, ...], dtype: np.dtype | type = np.uint8,
-                  align: int = PAGE) -> np.ndarray:
-    """`aligned_empty`, zero-filled by the kernel: fresh pages cost nothing until touched, so a
-    new batch whose padding is zero needs no padding pass."""
-    dtype = np.dtype(dtype)
-    count = int(np.prod(shape, dtype=np.int64))
-    raw = np.zeros(count * dtype.itemsize + align, np.uint8)
-    start = -raw.ctypes.data % align
-    return raw[start : start + count * dtype.itemsize].view(dtype).reshape(shape)
-
-
 def batch_buffer(sizes: np.ndarray, batch_size: int) -> np.ndarray:
     """A flat, page-aligned uint8 buffer that holds any ``batch_size`` images of ``sizes``.
 

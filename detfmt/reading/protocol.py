@@ -65,8 +65,8 @@ class DatasetLike(Protocol):
 
     def batch(self, indices: Sequence[int] | np.ndarray, out: np.ndarray | None = None,
               pad_value: int | None = 0, num_threads: int | None = None, *,
-              canvas: tuple[int, int] | None = None, max_boxes: int | None = None
-              ) -> NumpyBatch: ...
+              canvas: tuple[int, int] | None = None, max_boxes: int | None = None,
+              decode_scale: int = 1) -> NumpyBatch: ...
 
     def batch_buffer(self, batch_size: int, *, canvas: tuple[int, int] | None = None
                      ) -> np.ndarray: ...
@@ -147,8 +147,8 @@ class EpochIteration(Sequence):
 
     def batch(self, indices: Sequence[int] | np.ndarray, out: np.ndarray | None = None,
               pad_value: int | None = 0, num_threads: int | None = None, *,
-              canvas: tuple[int, int] | None = None, max_boxes: int | None = None
-              ) -> NumpyBatch:
+              canvas: tuple[int, int] | None = None, max_boxes: int | None = None,
+              decode_scale: int = 1) -> NumpyBatch:
         """Gather samples into one padded batch (see `detfmt.reading.gather.Gather.batch`).
 
         Args:
@@ -162,10 +162,13 @@ class EpochIteration(Sequence):
             canvas: (H, W): a fixed image shape for every batch (images at the top-left); an
                 image larger than the canvas is an error.
             max_boxes: a fixed box-slot count; a sample with more boxes is an error.
+            decode_scale: 2, 4 or 8 decodes JPEG-stored images at that fraction of their
+                stored size in the DCT domain (faster; ``sizes`` and boxes follow; other codecs
+                are an error). 1 (default): the stored pixels, byte for byte.
         """
         return self.engine.batch(  # type: ignore[attr-defined]
             indices, out=out, pad_value=pad_value, num_threads=num_threads, canvas=canvas,
-            max_boxes=max_boxes)
+            max_boxes=max_boxes, decode_scale=decode_scale)
 
     def labels(self, indices: Sequence[int] | np.ndarray | None = None) -> NumpyBatch:
         """Boxes, classes, mask and per-box fields of samples, without pixels: padded (B, m, 4)

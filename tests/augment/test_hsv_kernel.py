@@ -170,14 +170,18 @@ def test_opencv_only_when_asked(monkeypatch):
 def test_a_kernel_that_does_not_compile_falls_back_to_opencv(monkeypatch):
     """A numba that cannot compile the kernel costs speed, never the augmentation: a warning,
     then OpenCV."""
-    from detfmt.augment import _hsv_numba
-
     def broken(*args):
         raise RuntimeError("no such intrinsic")
 
-    monkeypatch.setattr(_hsv_numba, "recolour_planar", broken)
+    # each kernel compiles on its first use (only the one in use is compiled)
+    monkeypatch.setitem(_native._state, "loaded", True)
+    monkeypatch.setitem(_native._state, "kernels", (broken, broken))
+    monkeypatch.setitem(_native._state, "ready", {})
+    image = np.full((2, 3, 3), 50, np.uint8)
+    params = np.array([0.0, 1.0, 1.0], np.float32)
     with pytest.warns(RuntimeWarning, match="did not compile"):
-        assert _native._load() is None
+        assert not _native.recolour(image, params, np.empty_like(image))
+    assert not _native.recolour(image, params, np.empty_like(image))  # no second attempt
 
 
 @pytest.mark.parametrize("planar", [False, True])

@@ -302,6 +302,7 @@ def test_stopping_early_while_transforms_run_leaves_nothing_behind(make_any):
     assert len(rest) == len(loader) - 3  # continues after the three delivered batches
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_transform_runs_on_the_loader_stream_and_matches_cpu(make_any):
     ds = make_any(varied_shapes(18))
