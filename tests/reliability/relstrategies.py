@@ -8,15 +8,29 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import relharness
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 PROFILE = os.environ.get("DETFMT_FUZZ_PROFILE", "ci")
 MAX_EXAMPLES = {"ci": 150, "nightly": 3000}[PROFILE]
+#: the time budget of a nightly run (tools/fuzz_nightly.py sets it; never used in CI): once the
+#: clock passes it, `within_budget` skips the rest of each fuzz test, unless a failure was seen
+#: (then Hypothesis shrinks and reports it, however long that takes)
+DEADLINE = float(os.environ.get("DETFMT_FUZZ_DEADLINE", "inf")) if PROFILE == "nightly" \
+    else float("inf")
+FAILURES = {"seen": False}
+
+
+def within_budget() -> None:
+    """Call first in a fuzz test's body: past the nightly deadline, end the test (skipped)."""
+    if float("inf") != DEADLINE and time.time() >= DEADLINE and not FAILURES["seen"]:
+        pytest.skip("nightly fuzzing: time budget spent")
 
 # deterministic in CI: the same examples on every run, no deadline on a shared 2-core runner
 FUZZ_SETTINGS = settings(
