@@ -104,3 +104,42 @@ def test_any_json_value_in_any_header_key(path: str, value: Any, base_datasets: 
     relstrategies.set_json_path(header, path, value)
     relharness.write_header(ds, header)
     check_property(worker.call("op_check_all", str(ds)), original.value, (path, value), ds)
+
+
+@relstrategies.FUZZ_SETTINGS
+@given(data=st.data())
+def test_ragged_label_mutations(data: st.DataObject, ragged_base: Path,
+                                worker: relharness.SafeWorker, tmp_path: Path) -> None:
+    """Damage aimed at ragged labels (SPEC §10.2), alone or with any byte-level mutation.
+    Header edits (and byte-level damage): a typed error or, if it verifies, the original
+    content. Resealed edits of the counts or the label rows (so only R-49 and the shape checks
+    stand between them and the reader): typed errors only, and with no other damage, labels
+    that no longer hold together (`relstrategies.ragged_labels_consistent`) are refused."""
+    relstrategies.within_budget()
+    header = relharness.read_header(ragged_base)
+    assert header["required_features"] == ["ragged_labels"], header  # the layout under test
+    n, t, m = header["num_samples"], header["num_boxes"], header["max_boxes"]
+    original = worker.call("op_open_iterate", str(ragged_base))
+    ds = tmp_path / "ds"
+    shutil.rmtree(ds, ignore_errors=True)
+    shutil.copytree(ragged_base, ds)
+    ragged = data.draw(st.lists(relstrategies.st_ragged_mutation(n, t, m), min_size=1,
+                                max_size=2), label="ragged")
+    generic = data.draw(st.one_of(st.just([]), relstrategies.st_mutations(
+        ragged_base, max_count=2, header_keys=relstrategies.RAGGED_HEADER_INT_KEYS)),
+        label="generic")
+    for mutation in ragged:
+        relstrategies.apply_ragged_mutation(ds, mutation)
+    consistent = relstrategies.ragged_labels_consistent(ds)
+    for mutation in generic:
+        relstrategies.apply_mutation(ds, mutation)
+    outcome = worker.call("op_check_all", str(ds))
+    label = {"ragged": ragged, "generic": generic}
+    if all(mutation["op"] == "header" for mutation in ragged):
+        check_property(outcome, original.value, label, ds)
+        return
+    assert outcome.kind == "ok", f"{label}: {outcome}"
+    if not generic and not consistent:
+        result = outcome.value
+        assert result.get("violations") or "verify_error" in result, \
+            f"{label}: ragged labels that do not hold together verified cleanly: {result}"
