@@ -141,10 +141,11 @@ def run_commit(tmp: Path, *, fresh: bool) -> dict[str, object]:
     return check_power_loss(tracer, "root", _classify_sharded(refs), tmp / "states", fresh=fresh)
 
 
-def run_append(tmp: Path) -> dict[str, object]:
+def run_append(tmp: Path, *, sharded_source: bool = False) -> dict[str, object]:
     from detfmt.shard.append import append
 
-    source = rh.build_dataset(tmp / "source", n=3, seed=7, codec="raw")
+    source = (crashloop.build_generation(tmp / "source", 3) if sharded_source
+              else rh.build_dataset(tmp / "source", n=3, seed=7, codec="raw"))
     old = crashloop.build_generation(tmp / "ref-old", 1)
     new = tmp / "ref-new"
     shutil.copytree(old, new)
@@ -167,6 +168,7 @@ OPERATIONS: dict[str, Callable[[Path], dict[str, object]]] = {
     "commit-fresh": lambda tmp: run_commit(tmp, fresh=True),
     "commit": lambda tmp: run_commit(tmp, fresh=False),
     "append": run_append,
+    "append-sharded-source": lambda tmp: run_append(tmp, sharded_source=True),
 }
 
 
