@@ -13,7 +13,11 @@ PY=${DETFMT_PYTHON:-.venv/bin/python}  # the environment tools/test.sh made
   -e '.[test,torch,fast,plot,scale,augment-test,coverage]'
 rm -f .coverage .coverage.*
 status=0
+# deselected: its child runs under RLIMIT_FSIZE, where coverage cannot save its own data and
+# prints a traceback into the one line the test checks (it passes without coverage)
 "$PY" -m pytest -q -p no:cacheprovider --cov --cov-branch --cov-report=term \
-  --cov-report=xml:coverage.xml "${@:-tests}" || status=$?
+  --cov-report=xml:coverage.xml "${@:-tests}" --deselect \
+  tests/reliability/test_rel_issue25.py::test_append_on_a_full_disk_is_one_typed_line_and_changes_nothing \
+  || status=$?
 "$PY" tools/rule_coverage.py --data .coverage --json rule-coverage.json
 exit "$status"
