@@ -32,6 +32,7 @@ __all__ = [
     "fsync_dir",
     "lock_holder",
     "lock_target",
+    "make_dirs",
     "make_temp_dir",
     "publish_exchange",
     "publish_new",
@@ -103,6 +104,26 @@ def close(fd: int) -> None:
 
 def mkdir(path: str) -> None:
     os.mkdir(path, DIR_MODE)
+
+
+def make_dirs(path: str) -> None:
+    """``os.makedirs(path, exist_ok=True)``, durably: each directory it creates is fsynced into
+    its parent, so a power loss after a later publish cannot take the new parents (and with
+    them the published dataset) away."""
+    missing = []
+    while not os.path.isdir(path):
+        missing.append(path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    for directory in reversed(missing):
+        try:
+            mkdir(directory)
+        except FileExistsError:
+            if not os.path.isdir(directory):
+                raise
+        fsync_dir(os.path.dirname(directory) or ".")
 
 
 def unlink(path: str) -> None:

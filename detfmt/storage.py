@@ -359,7 +359,7 @@ class LocalStorage(Storage):
             return []
 
     def makedirs(self, rel: str) -> None:
-        os.makedirs(self.where(rel), exist_ok=True)  # mode 0o777 & ~umask
+        fileio.make_dirs(self.where(rel))  # mode 0o777 & ~umask, fsynced into its parent
 
     def staging_dir(self, rel: str) -> str:
         parent = rel.rpartition("/")[0]

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import atexit
 import contextlib
-import hashlib
 import json
 import os
 import shutil
@@ -64,6 +63,10 @@ class State:
         self.started = time.monotonic()
         self.stats_path: Path | None = None
         self.engine = "?"
+        #: the Hypothesis engine checks each input in a limited child (relharness.SafeWorker:
+        #: 1 GiB, 10 s); atheris checks in-process (its coverage feedback needs that) and relies
+        #: on libFuzzer's -timeout and -rss_limit_mb
+        self.worker: relharness.SafeWorker | None = None
 
     def stats(self) -> dict[str, Any]:
         return {"engine": self.engine, "seconds": round(time.monotonic() - self.started, 1),
@@ -135,17 +138,17 @@ def check_one(data: bytes, state: State) -> None:
     """Materialize one input and check the property; raise Finding on a violation."""
     import detfmt
 
-    codec, mutations = decode_mutations(data, state)
-    ds = state.root / "case"
-    shutil.rmtree(ds, ignore_errors=True)
-    shutil.copytree(state.seeds[codec], ds)
-    for m in mutations:
-        with contextlib.suppress(*MISFIT):
-            relharness.mutate(ds, m["file"], m["op"], **m["params"])
+    codec, mutations, ds = materialize(data, state)
     state.execs += 1
     problem = None
     try:
-        result = relharness.op_check_all(str(ds))
+        if state.worker is not None:  # sandboxed: a hang or a memory bomb is a finding
+            outcome = state.worker.call("op_check_all", str(ds))
+            if outcome.kind != "ok":
+                raise Finding(str(outcome))
+            result = outcome.value
+        else:
+            result = relharness.op_check_all(str(ds))
         clean = not result.get("violations") and "verify_error" not in result
         if clean and result.get("digest") != state.digests[codec]:
             problem = f"verify passed but content differs: {result}"
@@ -153,28 +156,52 @@ def check_one(data: bytes, state: State) -> None:
         state.outcomes[str(key)] = state.outcomes.get(str(key), 0) + 1
     except detfmt.DetfmtError:  # op_check_all catches these; kept for safety
         pass
+    except Finding as e:
+        problem = str(e)
     except Exception as e:
         problem = f"{type(e).__name__}: {e}"
     if state.execs % 500 == 0:
         state.write_stats()
     if problem:
-        save_finding(ds, state, problem, mutations)
+        save_finding(ds, state, problem, mutations, codec)
         state.write_stats()
         raise Finding(problem)
 
 
-def save_finding(ds: Path, state: State, problem: str, mutations: list[dict[str, Any]]) -> Path:
-    packed = relharness.pack_dir(ds)
-    name = "fuzz-" + hashlib.sha256(packed).hexdigest()[:16]
-    state.corpus_out.mkdir(parents=True, exist_ok=True)
-    out = state.corpus_out / f"{name}.tar.gz"
-    out.write_bytes(packed)
-    note = {"problem": problem[:2000],
-            "mutations": json.loads(json.dumps(mutations, default=lambda b: b.hex()))}
-    (state.corpus_out / f"{name}.json").write_text(json.dumps(note, indent=1))
+def save_finding(ds: Path, state: State, problem: str, mutations: list[dict[str, Any]],
+                 codec: str) -> Path:
+    out = relharness.save_finding(ds, state.corpus_out, "fuzz", {
+        "problem": problem[:2000], "codec": codec, "mutations": mutations,
+        "original_digest": state.digests[codec]})
     state.findings += 1
     print(f"FINDING saved to {out}: {problem[:300]}", file=sys.stderr, flush=True)
     return out
+
+
+def materialize(data: bytes, state: State) -> tuple[str, list[dict[str, Any]], Path]:
+    """The mutated dataset an input describes, built without opening it."""
+    codec, mutations = decode_mutations(data, state)
+    ds = state.root / "case"
+    shutil.rmtree(ds, ignore_errors=True)
+    shutil.copytree(state.seeds[codec], ds)
+    for m in mutations:
+        with contextlib.suppress(*MISFIT):
+            relharness.mutate(ds, m["file"], m["op"], **m["params"])
+    return codec, mutations, ds
+
+
+ARTIFACTS = ("crash-", "timeout-", "oom-", "leak-", "slow-unit-")
+
+
+def export_artifacts(work: Path, state: State) -> list[Path]:
+    """libFuzzer's reproducers in ``work`` (a crash, hang or memory blow-up it caught itself:
+    the process died, so `check_one` saved nothing) become corpus entries too."""
+    kept = []
+    for artifact in sorted(work.iterdir()):
+        if artifact.is_file() and artifact.name.startswith(ARTIFACTS):
+            codec, mutations, ds = materialize(artifact.read_bytes(), state)
+            kept.append(save_finding(ds, state, f"libFuzzer {artifact.name}", mutations, codec))
+    return kept
 
 
 def run_atheris(args: argparse.Namespace, state: State) -> None:
@@ -255,6 +282,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--replay", type=Path, help="run one saved libFuzzer input and report")
     ap.add_argument("--stop-on-finding", action="store_true")
+    ap.add_argument("--export-artifacts", action="store_true",
+                    help="turn libFuzzer's crash/timeout/oom inputs in --work into corpus "
+                         "entries (--corpus-out) and exit")
     ap.add_argument("--seed-corpus-from-cases", action="store_true",
                     help="write the adversarial cases' datasets into --corpus-out and exit")
     args = ap.parse_args()
@@ -289,6 +319,13 @@ def main() -> None:
         shutil.rmtree(state.root, ignore_errors=True)
 
     atexit.register(report)
+    if args.export_artifacts:
+        kept = export_artifacts(Path(args.work), state)
+        print(f"{len(kept)} libFuzzer artifacts kept in {args.corpus_out}")
+        return
+    if engine == "hypothesis" and not args.replay:
+        state.worker = relharness.SafeWorker()
+        atexit.register(state.worker.close)
     if args.replay:
         check_one(args.replay.read_bytes(), state)
         print("replay: no finding")

@@ -491,7 +491,7 @@ def _write_locked(stream: Callable[[], Iterator[Outcome]], bar: Callable[[], Any
 
 def _take_lock(target: Path) -> int:
     try:
-        os.makedirs(target.parent, exist_ok=True)
+        fileio.make_dirs(str(target.parent))
         return fileio.lock_target(target)
     except BlockingIOError as error:
         raise errors.TargetLockedError(_locked_message(target), path=target) from error

@@ -21,6 +21,13 @@ def base_datasets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {c: relharness.build_dataset(root / c, n=5, seed=1, codec=c) for c in relharness.CODECS}
 
 
+@pytest.fixture(scope="session")
+def ragged_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny valid dataset in the ragged label layout (format 1.2, SPEC §10.2)."""
+    root = tmp_path_factory.mktemp("ragged")
+    return relharness.build_dataset(root / "ragged", n=6, seed=3, codec="zstd", labels="ragged")
+
+
 @pytest.fixture
 def dataset(base_datasets: dict[str, Path], tmp_path: Path) -> Callable[..., Path]:
     """Factory: a private, mutable copy of a base dataset (``dataset("zstd")``)."""

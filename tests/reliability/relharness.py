@@ -638,14 +638,15 @@ def _once(spec: str) -> None:
 
 
 def pack_dir(src: Path) -> bytes:
-    """The regular files of ``src`` as a deterministic gzipped tar (a corpus entry)."""
+    """The regular files below ``src`` (a 1.0 dataset or a sharded root) as a deterministic
+    gzipped tar (a corpus entry)."""
     import gzip
 
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
-        for p in sorted(src.iterdir()):
+        for p in sorted(src.rglob("*"), key=lambda p: p.relative_to(src).parts):
             if p.is_file() and not p.is_symlink():
-                info = tarfile.TarInfo(p.name)
+                info = tarfile.TarInfo(p.relative_to(src).as_posix())
                 data = p.read_bytes()
                 info.size = len(data)
                 info.mtime = 0
@@ -657,11 +658,36 @@ def unpack_dir(data: bytes, dst: Path) -> Path:
     dst.mkdir(parents=True, exist_ok=True)
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as tar:
         for m in tar.getmembers():
-            if m.isfile() and "/" not in m.name and m.name not in ("", ".", ".."):
+            parts = m.name.split("/")
+            if m.isfile() and all(part not in ("", ".", "..") for part in parts):
                 f = tar.extractfile(m)
                 assert f is not None
+                (dst / m.name).parent.mkdir(parents=True, exist_ok=True)
                 (dst / m.name).write_bytes(f.read())
     return dst
+
+
+#: nightly fuzzing (tools/fuzz_nightly.py) sets this: findings of the mutation suites are kept
+#: there as corpus entries; unset (CI), nothing is written
+CORPUS_OUT_ENV = "DETFMT_FUZZ_CORPUS_OUT"
+
+
+def save_finding(ds: Path, out: Path, prefix: str, note: dict[str, Any]) -> Path:
+    """Keep the dataset ``ds`` that broke a fuzz property as ``<out>/<prefix>-<hash>.tar.gz``,
+    with ``note`` (the problem, the mutations, ``original_digest`` when the dataset must read
+    back as the original whenever it verifies) beside it as ``.json``; test_rel_corpus.py replays
+    both. The same bytes found twice are kept once."""
+    packed = pack_dir(ds)
+    name = f"{prefix}-{hashlib.sha256(packed).hexdigest()[:16]}"
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{name}.tar.gz"
+    path.write_bytes(packed)
+    (out / f"{name}.json").write_text(json.dumps(note, indent=1, default=_jsonable))
+    return path
+
+
+def _jsonable(value: Any) -> Any:
+    return value.hex() if isinstance(value, (bytes, bytearray)) else repr(value)
 
 
 def iter_files(ds: Path) -> Iterable[str]:

@@ -8,15 +8,30 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pytest
 import relharness
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 PROFILE = os.environ.get("DETFMT_FUZZ_PROFILE", "ci")
 MAX_EXAMPLES = {"ci": 150, "nightly": 3000}[PROFILE]
+#: the time budget of a nightly run (tools/fuzz_nightly.py sets it; never used in CI): once the
+#: clock passes it, `within_budget` skips the rest of each fuzz test, unless a failure was seen
+#: (then Hypothesis shrinks and reports it, however long that takes)
+DEADLINE = float(os.environ.get("DETFMT_FUZZ_DEADLINE", "inf")) if PROFILE == "nightly" \
+    else float("inf")
+FAILURES = {"seen": False}
+
+
+def within_budget() -> None:
+    """Call first in a fuzz test's body: past the nightly deadline, end the test (skipped)."""
+    if float("inf") != DEADLINE and time.time() >= DEADLINE and not FAILURES["seen"]:
+        pytest.skip("nightly fuzzing: time budget spent")
 
 # deterministic in CI: the same examples on every run, no deadline on a shared 2-core runner
 FUZZ_SETTINGS = settings(
@@ -43,7 +58,8 @@ OPS = ("bitflip", "truncate", "append", "splice", "set_int")
 
 
 @st.composite
-def st_mutation(draw: st.DrawFn, files: list[str], sizes: dict[str, int]) -> dict[str, Any]:
+def st_mutation(draw: st.DrawFn, files: list[str], sizes: dict[str, int],
+                header_keys: tuple[str, ...] = HEADER_INT_KEYS) -> dict[str, Any]:
     """One mutation of one file: bit flip, truncate, append, splice or an extreme integer."""
     file = draw(st.sampled_from(files))
     size = sizes[file]
@@ -62,7 +78,7 @@ def st_mutation(draw: st.DrawFn, files: list[str], sizes: dict[str, int]) -> dic
     else:
         value = draw(st.sampled_from((*EXTREMES, size, size + 1, size - 1)))
         if file == "header.json":
-            fld = draw(st.sampled_from(HEADER_INT_KEYS))
+            fld = draw(st.sampled_from(header_keys))
         elif file == "index.npy":
             fld = draw(st.sampled_from((*relharness.INDEX_FIELDS, "shape.0")))
         elif file.endswith(".npy"):
@@ -74,10 +90,102 @@ def st_mutation(draw: st.DrawFn, files: list[str], sizes: dict[str, int]) -> dic
     return {"file": file, "op": op, "params": params}
 
 
-def st_mutations(ds: Path, *, max_count: int = 3) -> st.SearchStrategy[list[dict[str, Any]]]:
+def st_mutations(ds: Path, *, max_count: int = 3, header_keys: tuple[str, ...] = HEADER_INT_KEYS
+                 ) -> st.SearchStrategy[list[dict[str, Any]]]:
     files = list(relharness.iter_files(ds))
     sizes = {f: (ds / f).stat().st_size for f in files}
-    return st.lists(st_mutation(files, sizes), min_size=1, max_size=max_count)
+    return st.lists(st_mutation(files, sizes, header_keys), min_size=1, max_size=max_count)
+
+
+# ---------------------------------------------------------------------------------------------
+# ragged labels (SPEC §10.2, format 1.2): (T, 4) boxes, (T,) classes and box fields, counts
+# ---------------------------------------------------------------------------------------------
+
+RAGGED_HEADER_INT_KEYS = (*HEADER_INT_KEYS, "num_boxes", "arrays/classes.npy/shape/0",
+                          "arrays/counts.npy/shape/0", "arrays/box_iscrowd.npy/shape/0")
+RAGGED_ROW_FILES = ("boxes.npy", "classes.npy", "box_iscrowd.npy")
+
+
+@st.composite
+def st_ragged_mutation(draw: st.DrawFn, n: int, t: int, m: int) -> dict[str, Any]:
+    """One mutation aimed at the ragged layout of a dataset with ``n`` samples, ``t`` boxes and
+    at most ``m`` per sample. ``header``: a header value a ragged reader depends on (``num_boxes``,
+    the feature, the version, padded shapes, ``max_boxes``); ``count_add``: one count changed,
+    resealed (the counts no longer add up to T: R-49 must refuse it); ``count_shift``: a count
+    moved from one sample to another, resealed (the sum may still hold); ``rows``: a
+    label array one row short or long, resealed, with or without its header shape."""
+    kind = draw(st.sampled_from(("header", "header", "count_add", "count_shift", "rows")))
+    if kind == "header":
+        path, value = draw(st.sampled_from((
+            *(("num_boxes", v) for v in (t - 1, t + 1, 0, -1, 2**56, 2**56 + 1, 2**63, 2**64)),
+            ("num_boxes", "6"), ("num_boxes", None), ("num_boxes", 6.0),
+            ("required_features", []), ("required_features", ["ragged_labels"] * 2),
+            ("required_features", ["ragged_labels", "sharded"]), ("required_features", ["x"]),
+            ("version", "1.0"), ("version", "1.1"), ("version", "1.3"), ("version", "2.2"),
+            ("arrays/boxes.npy/shape", [n, m, 4]), ("arrays/classes.npy/shape", [n, m]),
+            ("arrays/box_iscrowd.npy/shape", [n, m]), ("arrays/boxes.npy/shape", [t, 4, 1]),
+            ("max_boxes", 0), ("max_boxes", max(0, m - 1)), ("max_boxes", 2**16 + 1),
+            ("num_samples", n - 1), ("num_samples", n + 1))))
+        return {"op": "header", "params": {"path": path, "value": value}}
+    if kind in ("count_add", "count_shift"):
+        delta = draw(st.sampled_from((1, 2, m + 1, 2**31 - 1, 2**31, 2**32 - 1)))
+        i, j = draw(st.integers(0, n - 1)), draw(st.integers(0, n - 1))
+        if kind == "count_add":
+            delta = delta * draw(st.sampled_from((1, -1)))
+            return {"op": "count_add", "params": {"i": i, "delta": delta}}
+        return {"op": "count_shift", "params": {"i": i, "j": j, "delta": delta}}
+    return {"op": "rows", "params": {"file": draw(st.sampled_from(RAGGED_ROW_FILES)),
+                                     "extra": draw(st.sampled_from((-1, 1))),
+                                     "header_too": draw(st.booleans())}}
+
+
+def ragged_labels_consistent(ds: Path) -> bool:
+    """Whether the ragged labels of ``ds`` still hold together as SPEC §10.2 asks (counts in
+    0..max_boxes adding up to num_boxes, each label array num_boxes rows long, as its header
+    entry says). When they do not, a reader must refuse the dataset (R-49 and the shape checks)."""
+    header = relharness.read_header(ds)
+    t, m = header.get("num_boxes"), header.get("max_boxes")
+    if type(t) is not int or type(m) is not int:
+        return False
+    counts = relharness.load_npy(ds, "counts.npy").astype(np.int64)
+    if (counts.size and (counts.min() < 0 or counts.max() > m)) or int(counts.sum()) != t:
+        return False
+    for name in RAGGED_ROW_FILES:
+        rows = relharness.load_npy(ds, name)
+        if rows.shape[:1] != (t,) or list(rows.shape) != header["arrays"][name]["shape"]:
+            return False
+    return True
+
+
+def apply_ragged_mutation(ds: Path, mutation: dict[str, Any]) -> None:
+    """Apply a mutation of `st_ragged_mutation` (resealing what it changes, but the header)."""
+    params = mutation["params"]
+
+    def wrap(value: int) -> int:  # int32 arithmetic, as a raw write would store it
+        return (value + 2**31) % 2**32 - 2**31
+
+    if mutation["op"] == "header":
+        header = relharness.read_header(ds)
+        set_json_path(header, params["path"], params["value"])
+        relharness.write_header(ds, header)
+    elif mutation["op"] in ("count_add", "count_shift"):
+        def edit(counts: np.ndarray) -> None:
+            i = params["i"] % len(counts)
+            counts[i] = wrap(int(counts[i]) + params["delta"])
+            if mutation["op"] == "count_shift":
+                j = params["j"] % len(counts)
+                counts[j] = wrap(int(counts[j]) - params["delta"])
+
+        relharness.edit_npy(ds, "counts.npy", edit)
+    else:
+        name = params["file"]
+        rows = relharness.load_npy(ds, name)
+        rows = rows[:-1] if params["extra"] < 0 else np.concatenate([rows, rows[-1:]])
+        relharness.save_npy(ds, name, rows)
+        if params["header_too"]:
+            header = relharness.read_header(ds)
+            header["arrays"][name]["shape"] = list(rows.shape)
+            relharness.write_header(ds, header)
 
 
 def apply_mutation(ds: Path, mutation: dict[str, Any]) -> None:

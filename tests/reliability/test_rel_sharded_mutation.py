@@ -55,10 +55,12 @@ def test_sharded_mutations_are_detected_or_harmless(sharded_base: Path, original
     @SHARDED_SETTINGS
     @given(mutations=relstrategies.st_sharded_mutations(sharded_base))
     def run(mutations: list[dict[str, Any]]) -> None:
+        relstrategies.within_budget()
         root = _fresh(sharded_base, tmp_path / "root")
         for m in mutations:
             relstrategies.apply_sharded_mutation(root, m)
-        check_property(worker.call("op_check_sharded", str(root)), original, mutations)
+        check_property(worker.call("op_check_sharded", str(root)), original, mutations, root,
+                       "op_check_sharded")
 
     run()
 
@@ -68,6 +70,7 @@ def test_sharded_mutations_are_detected_or_harmless(sharded_base: Path, original
 def test_every_file_every_region(data: st.DataObject, sharded_base: Path, original: str,
                                  worker: relharness.SafeWorker, tmp_path: Path) -> None:
     """Each file, and each region of each shard file, at least once per example."""
+    relstrategies.within_budget()
     files = relharness.sharded_files(sharded_base)
     sizes = {f: (sharded_base / f).stat().st_size for f in files}
     regions = {f: relstrategies.shard_regions(sharded_base / f) for f in files
@@ -79,7 +82,8 @@ def test_every_file_every_region(data: st.DataObject, sharded_base: Path, origin
         m = data.draw(relstrategies.st_sharded_mutation([file], only, sizes),
                       label=f"{file}:{region}")
         relstrategies.apply_sharded_mutation(root, m)
-        check_property(worker.call("op_check_sharded", str(root)), original, m)
+        check_property(worker.call("op_check_sharded", str(root)), original, m, root,
+                       "op_check_sharded")
 
 
 @pytest.mark.parametrize("op", relstrategies.SHARD_FILE_OPS)
