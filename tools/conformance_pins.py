@@ -12,6 +12,7 @@ detfmt.
 from __future__ import annotations
 
 import json
+import re
 import zlib
 from collections.abc import Callable
 
@@ -130,6 +131,44 @@ def deep(levels: int) -> bytes:
     return b'"extensions": {"deep": ' + b"[" * levels + b"]" * levels + b"}"
 
 
+# --------------------------------------------------------------------------- .npy helpers
+
+
+def npy_header(name: str, text: str, data: Callable[[bytes], bytes] = lambda d: d
+               ) -> Callable[[], Dataset]:
+    """base_raw with member ``name``'s array header replaced by ``text`` (padded as numpy
+    pads it, newline-terminated), its data kept (or changed by ``data``)."""
+    def case() -> Dataset:
+        dataset = mc.base_raw()
+        old = dataset.files[name]
+        start = 10 if old[6] == 1 else 12
+        body = data(old[start + int.from_bytes(old[8:start], "little"):])
+        padded = text + " " * (-(10 + len(text) + 1) % 64) + "\n"
+        dataset.files[name] = (b"\x93NUMPY\x01\x00" + len(padded).to_bytes(2, "little")
+                               + padded.encode("latin-1") + body)
+        return dataset.seal()
+    return case
+
+
+def case_npy_grammar() -> Dataset:
+    """§6's grammar at its edges: leading zeros (003), spaces around every token, trailing
+    commas, double quotes, no final newline, and no padding."""
+    dataset = mc.base_raw()
+    texts = {
+        "counts.npy": "{'descr': '<i4', 'fortran_order': False, 'shape': (003,), }",
+        "boxes.npy": ' { "descr" : "<f4" , "fortran_order" : False , "shape" : ( 3 , 2 , 4 , ) } ',
+        "index.npy": "{'shape': (3,), 'descr': [" + ", ".join(
+            f'("{name}", "{dtype}")' for name, dtype in mc.INDEX_DESCR) + ", ], "
+        "'fortran_order': False}",
+    }
+    for name, text in texts.items():
+        old = dataset.files[name]
+        body = old[10 + int.from_bytes(old[8:10], "little"):]
+        dataset.files[name] = (b"\x93NUMPY\x01\x00" + len(text).to_bytes(2, "little")
+                               + text.encode("latin-1") + body)
+    return dataset.seal()
+
+
 # --------------------------------------------------------------------------- JPEG helpers
 
 JPEG57 = payloads.FROZEN_JPEG[5, 7]
@@ -196,6 +235,42 @@ def component_ids(segments: list[tuple[int, bytes]], ids: bytes) -> list[tuple[i
 
 
 GRAY128 = np.full((8, 8, 3), 128, np.uint8)  # the image of payloads.progressive_gray
+
+
+RESTART = payloads.FROZEN_JPEG_MORE["RESTART"]
+RESTART_SOURCE = payloads.jpeg_source(16, 24)
+
+
+def _coded_start(data: bytes) -> int:
+    """Where the first scan's entropy-coded data starts."""
+    sos = data.index(b"\xff\xda")
+    return sos + 2 + int.from_bytes(data[sos + 2:sos + 4], "big")
+
+
+def at_restart(n: int, change: Callable[[bytes], bytes]) -> bytes:
+    """RESTART with its restart marker number ``n`` (counted from 0) replaced by change(it)."""
+    start = _coded_start(RESTART)
+    found = [m.start() for m in re.finditer(rb"\xff[\xd0-\xd7]", RESTART[start:])]
+    at = start + found[n]
+    return RESTART[:at] + change(RESTART[at:at + 2]) + RESTART[at + 2:]
+
+
+def cut_coded(data: bytes) -> bytes:
+    """The second half of the (single) scan's coded data removed, EOI kept."""
+    start = _coded_start(data)
+    return data[:start + (len(data) - 2 - start) // 2] + data[-2:]
+
+
+def first_scan_data(data: bytes, coded: bytes) -> bytes:
+    """The first scan's one byte of coded data (progressive_gray) replaced by ``coded``."""
+    start = _coded_start(data)
+    return data[:start] + coded + data[start + 1:]
+
+
+def refinement_ah(data: bytes) -> bytes:
+    """progressive_gray with its first refinement scan (Ah 1, Al 0) made Ah 2, Al 1."""
+    at = data.index(b"\xff\xda\x00\x08\x01\x01\x00\x01\x01\x10")
+    return data[:at + 9] + b"\x21" + data[at + 10:]
 
 
 def jpeg_case(payload: bytes, image: np.ndarray = JPEG_SOURCE57) -> Callable[[], Dataset]:
@@ -374,6 +449,9 @@ VALID: dict[str, tuple[Callable[[], Dataset], str]] = {
                         "checked against the reference decode (interpolated chroma)"),
     "jpeg_forms": (case_jpeg_forms, "progressive, restart markers, SOF1, EXIF orientation 6 "
                    "without JFIF (not applied), a COM segment"),
+    "npy_grammar": (case_npy_grammar, ".npy headers at the edges of the exact grammar: shape "
+                    "(003,), spaces around every token, trailing commas, double-quoted index "
+                    "pairs, no final newline"),
     "jpeg_scans_256": (case_jpeg_scans_256, "a progressive JPEG of 256 scans, the most R-50 "
                        "allows"),
 }
@@ -657,6 +735,52 @@ INVALID: list[tuple[str, str, str, Callable[[], Dataset]]] = [
     ("jpeg_trailing", "IMAGE_DECODE", "4 bytes after EOI", jpeg_case(JPEG57 + b"\x00\x01\x02\x03")),
     ("jpeg_scans", "IMAGE_DECODE", "a progressive JPEG of 257 scans in a consistent progression "
      "(R-50 allows 256)", jpeg_case(payloads.progressive_gray(257), GRAY128)),
+    # 1.2.1: §9.3 J4's entropy rules (verification); each case names the choice it pins
+    ("jpeg_bytes_before_eoi", "IMAGE_DECODE", "2 bytes (00 00) between the scan's last coded "
+     "bits and EOI: extraneous bytes are IMAGE_DECODE at the end of a payload too (libjpeg "
+     "warns and decoders carry on)", jpeg_case(JPEG57[:-2] + b"\x00\x00" + JPEG57[-2:])),
+    ("jpeg_bytes_before_restart", "IMAGE_DECODE", "2 bytes (00 00) before the restart marker "
+     "RST1: extraneous bytes inside a scan", jpeg_case(at_restart(1, lambda rst: b"\x00\x00"
+                                                                   + rst), RESTART_SOURCE)),
+    ("jpeg_data_short", "IMAGE_DECODE", "the scan's coded data ends before its last block (half "
+     "of it cut, EOI kept): data that runs out is not zero-filled",
+     jpeg_case(cut_coded(JPEG57), JPEG_SOURCE57)),
+    ("jpeg_restart_missing", "IMAGE_DECODE", "restart marker RST1 removed (DRI: one MCU per "
+     "interval): no resynchronisation", jpeg_case(at_restart(1, lambda rst: b""),
+                                                  RESTART_SOURCE)),
+    ("jpeg_restart_sequence", "IMAGE_DECODE", "the second restart marker is RST5 instead of "
+     "RST1", jpeg_case(at_restart(1, lambda rst: b"\xff\xd5"), RESTART_SOURCE)),
+    ("jpeg_restart_extra", "IMAGE_DECODE", "an RST5 after the last restart interval, before EOI "
+     "(the interval puts none there)", jpeg_case(RESTART[:-2] + b"\xff\xd5" + RESTART[-2:],
+                                                 RESTART_SOURCE)),
+    ("jpeg_huffman_code", "IMAGE_DECODE", "an invalid Huffman code (bits 1011... where the only "
+     "DC code is 0) in the first scan, 16 bits available", jpeg_case(
+         first_scan_data(payloads.progressive_gray(256), b"\xbf\x00"), GRAY128)),
+    ("jpeg_progression", "IMAGE_DECODE", "a refinement scan with Ah 2, Al 1 where the previous "
+     "scan of its coefficient had Al 1 (Ah must be the last Al)", jpeg_case(
+         refinement_ah(payloads.progressive_gray(256)), GRAY128)),
+    # 1.2.1: §6's grammar is exact; each case names the choice it pins
+    ("npy_header_tab", "NPY_HEADER", "a tab between two entries of counts.npy's header "
+     "(whitespace is spaces only: pins the grammar as exact, not a minimum)",
+     npy_header("counts.npy", "{'descr': '<i4',\t'fortran_order': False, 'shape': (3,), }")),
+    ("npy_order_string", "NPY_HEADER", "'fortran_order': 'False' (a string): a wrong-typed "
+     "value is outside the grammar, not NPY_ORDER and not false",
+     npy_header("counts.npy", "{'descr': '<i4', 'fortran_order': 'False', 'shape': (3,), }")),
+    ("npy_order_zero", "NPY_HEADER", "'fortran_order': 0: a wrong-typed value is outside the "
+     "grammar, not a false value",
+     npy_header("counts.npy", "{'descr': '<i4', 'fortran_order': 0, 'shape': (3,), }")),
+    ("npy_shape_string", "NPY_HEADER", "'shape': '3' (a string): outside the grammar, not "
+     "COUNT_MISMATCH or NPY_SHAPE",
+     npy_header("counts.npy", "{'descr': '<i4', 'fortran_order': False, 'shape': '3', }")),
+    ("npy_descr_list_pairs", "NPY_HEADER", "index.npy's descr pairs written as lists "
+     "([['offset', '<u8'], ...]): outside the grammar, not NPY_DTYPE",
+     npy_header("index.npy", "{'descr': [" + ", ".join(
+         f"['{name}', '{dtype}']" for name, dtype in mc.INDEX_DESCR)
+         + "], 'fortran_order': False, 'shape': (3,), }")),
+    ("npy_shape_rank0", "COUNT_MISMATCH", "counts.npy has shape () (rank 0, one value): it has "
+     "no first dimension, so R-20, not R-18 (NPY_SHAPE)",
+     npy_header("counts.npy", "{'descr': '<i4', 'fortran_order': False, 'shape': (), }",
+                data=lambda data: data[:4])),
 ]
 
 
