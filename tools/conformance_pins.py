@@ -134,20 +134,40 @@ def deep(levels: int) -> bytes:
 # --------------------------------------------------------------------------- .npy helpers
 
 
-def npy_header(name: str, text: str, data: Callable[[bytes], bytes] = lambda d: d
-               ) -> Callable[[], Dataset]:
+def npy_header(name: str, text: str, data: Callable[[bytes], bytes] = lambda d: d, *,
+               version: int = 1) -> Callable[[], Dataset]:
     """base_raw with member ``name``'s array header replaced by ``text`` (padded as numpy
-    pads it, newline-terminated), its data kept (or changed by ``data``)."""
+    pads it, newline-terminated; .npy version 1, latin-1, or 3, UTF-8), its data kept (or
+    changed by ``data``)."""
     def case() -> Dataset:
         dataset = mc.base_raw()
         old = dataset.files[name]
         start = 10 if old[6] == 1 else 12
         body = data(old[start + int.from_bytes(old[8:start], "little"):])
-        padded = text + " " * (-(10 + len(text) + 1) % 64) + "\n"
-        dataset.files[name] = (b"\x93NUMPY\x01\x00" + len(padded).to_bytes(2, "little")
-                               + padded.encode("latin-1") + body)
+        prefix = 10 if version == 1 else 12
+        encoded = text.encode("latin-1" if version == 1 else "utf-8")
+        padded = encoded + b" " * (-(prefix + len(encoded) + 1) % 64) + b"\n"
+        dataset.files[name] = (b"\x93NUMPY" + bytes([version, 0])
+                               + len(padded).to_bytes(prefix - 8, "little") + padded + body)
         return dataset.seal()
     return case
+
+
+def _boxes_with_shape(*shape: int) -> Dataset:
+    """base_raw whose boxes.npy, and header.arrays, have ``shape`` (zero-filled beyond the
+    real boxes)."""
+    dataset = mc.base_raw()
+    boxes = mc.load(dataset, "boxes.npy")
+    grown = np.zeros(shape, np.float32)
+    grown[:, :boxes.shape[1], :4] = boxes
+    dataset.files["boxes.npy"] = payloads.npy(grown)
+    dataset.header["arrays"]["boxes.npy"]["shape"] = list(shape)
+    return dataset.seal()
+
+
+def _png_ihdr_twice() -> bytes:
+    data = payloads.png(mc.Z)
+    return data[:33] + data[8:33] + data[33:]  # signature, IHDR, IHDR again, the rest
 
 
 def case_npy_grammar() -> Dataset:
@@ -777,6 +797,20 @@ INVALID: list[tuple[str, str, str, Callable[[], Dataset]]] = [
      npy_header("index.npy", "{'descr': [" + ", ".join(
          f"['{name}', '{dtype}']" for name, dtype in mc.INDEX_DESCR)
          + "], 'fortran_order': False, 'shape': (3,), }")),
+    ("npy_shape_unicode_digit", "NPY_HEADER", "counts.npy (.npy version 3, UTF-8) has shape "
+     "(\u0663,), an ARABIC-INDIC DIGIT THREE: int digits are ASCII 0-9 only",
+     npy_header("counts.npy", "{'descr': '<i4', 'fortran_order': False, 'shape': (\u0663,), }",
+                version=3)),
+    # 1.2.1: choices the text resolved but no case pinned
+    ("features_type_and_unknown", "HEADER_SCHEMA", "required_features [\"zzz\", 5]: an array "
+     "that is not all strings is HEADER_SCHEMA before any name is looked up (§12 1i), not "
+     "FEATURE_UNSUPPORTED", header(lambda h: h.__setitem__("required_features", ["zzz", 5]))),
+    ("arrays_shape_other_dim", "COUNT_MISMATCH", "header.arrays says boxes.npy is [3, 2, 5] "
+     "(right first dimension, wrong second), the file agrees with it: §12 1k checks the "
+     "header's shape whichever dimension differs, so COUNT_MISMATCH, not NPY_SHAPE",
+     lambda: _boxes_with_shape(3, 2, 5)),
+    ("png_ihdr_twice", "IMAGE_DECODE", "a second IHDR chunk right after the first (correct CRC): "
+     "P2 allows IHDR only first", lambda: mc.one("png", _png_ihdr_twice(), mc.Z)),
     ("npy_shape_rank0", "COUNT_MISMATCH", "counts.npy has shape () (rank 0, one value): it has "
      "no first dimension, so R-20, not R-18 (NPY_SHAPE)",
      npy_header("counts.npy", "{'descr': '<i4', 'fortran_order': False, 'shape': (), }",
@@ -789,6 +823,11 @@ INVALID: list[tuple[str, str, str, Callable[[], Dataset]]] = [
 
 def base_root() -> Root:
     return mc.base_root()
+
+
+def small_root() -> Root:
+    """One shard of one 1x1 sample: the base of manifest cases that need no second shard."""
+    return mc.build_root([("0", [Sample(pattern(1, 1, 150))])])
 
 
 def manifest(edit: Callable[[dict], object], base: Callable[[], Root] = base_root
@@ -974,6 +1013,15 @@ def case_sharded_version_leading_zero() -> Root:
     return root
 
 
+def case_sharded_empty_schema() -> Root:
+    """A root without shards: the schema is checked for §19.3's types only (1.2.1)."""
+    root = mc.build_root([])
+    root.manifest["schema"].update(
+        classes=[{"name": "a", "source_id": None}, {"name": "a", "source_id": None}],
+        fixed_shape=[0, 0, 4], max_side=0, box_fields=[{"name": "Bad-Name", "dtype": "<f4"}])
+    return root
+
+
 VALID_1_1: dict[str, tuple[Callable[[], Root], str]] = {
     "worked_example_shard": (lambda: mc.build_root([("0", worked_example().samples)],
                                                    [("cat", None), ("dog", 18)], canonical=True),
@@ -987,6 +1035,12 @@ VALID_1_1: dict[str, tuple[Callable[[], Root], str]] = {
                                      "\"01.01\" is 1.1"),
     "schema_fixed_shape_null": (case_schema_fixed_shape_null, "schema fixed_shape null, one shard "
                                 "fixes [5, 7, 3], the other does not"),
+    "sharded_empty_schema": (case_sharded_empty_schema, "no shards, and a schema with class "
+                             "names a, a, fixed_shape [0, 0, 4], max_side 0 and a box field "
+                             "Bad-Name: §5's constraints apply to shard headers only"),
+    "manifest_extensions_ignored": (manifest(lambda m: m.__setitem__(
+        "extensions", {"org.example.note": {"nested": [1, "two", None]}})), "manifest "
+        "extensions hold a member (1.2.1: ignored like the header's, R-9; not \"reserved\")"),
     "schema_codec_zero_entry": (case_schema_codec_zero_entry, "schema codec raw, a shard header's "
                                 "image.codecs also names png with count 0"),
 }
@@ -1088,6 +1142,14 @@ INVALID_1_1: list[tuple[str, str, str, Callable[[], Root]]] = [
      root_with(_codecs_edit(0, {}))),
     ("schema_max_side", "SCHEMA_MISMATCH", "shard 1's max_side is 640, the schema's null",
      root_with(_header_edit(1, lambda h: h["image"].update(max_side=640)))),
+    # 1.2.1: choices the text resolved but no case pinned
+    ("manifest_format_absent", "NOT_DETFMT", "the manifest has no format member: S-22 (absent or "
+     "not \"detfmt\"), not a missing key of S-3", manifest(lambda m: m.pop("format"), small_root)),
+    ("manifest_schema_absent", "MANIFEST_SCHEMA", "the manifest has no schema member",
+     manifest(lambda m: m.pop("schema"), small_root)),
+    ("manifest_nested_unknown_key", "MANIFEST_SCHEMA", "a shard entry has an unknown member "
+     "zzz: unknown keys are refused in every object of the manifest, not only at its top",
+     manifest(lambda m: m["shards"][0].__setitem__("zzz", 1), small_root)),
 ]
 
 
