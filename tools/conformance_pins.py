@@ -469,6 +469,9 @@ VALID: dict[str, tuple[Callable[[], Dataset], str]] = {
                         "checked against the reference decode (interpolated chroma)"),
     "jpeg_forms": (case_jpeg_forms, "progressive, restart markers, SOF1, EXIF orientation 6 "
                    "without JFIF (not applied), a COM segment"),
+    "num_boxes_wrong_type": (header(lambda h: h.__setitem__("num_boxes", "many")),
+                             "num_boxes \"many\" (a string) without the feature ragged_labels: "
+                             "an unknown member, whatever its type (R-9), not HEADER_SCHEMA"),
     "npy_grammar": (case_npy_grammar, ".npy headers at the edges of the exact grammar: shape "
                     "(003,), spaces around every token, trailing commas, double-quoted index "
                     "pairs, no final newline"),
@@ -825,6 +828,14 @@ def base_root() -> Root:
     return mc.base_root()
 
 
+def _codec_records_root() -> Root:
+    root = mc.build_root([("0", [Sample(pattern(2, 2, 151), "png")])], codec="raw")
+
+    def says_raw(dataset: Dataset) -> None:
+        dataset.header["image"]["codecs"] = {"raw": 1}
+    return inner(0, says_raw)(root)
+
+
 def small_root() -> Root:
     """One shard of one 1x1 sample: the base of manifest cases that need no second shard."""
     return mc.build_root([("0", [Sample(pattern(1, 1, 150))])])
@@ -1147,6 +1158,10 @@ INVALID_1_1: list[tuple[str, str, str, Callable[[], Root]]] = [
      "not \"detfmt\"), not a missing key of S-3", manifest(lambda m: m.pop("format"), small_root)),
     ("manifest_schema_absent", "MANIFEST_SCHEMA", "the manifest has no schema member",
      manifest(lambda m: m.pop("schema"), small_root)),
+    ("schema_codec_records", "HEADER_SCHEMA", "schema codec raw and the shard header's "
+     "image.codecs {\"raw\": 1} agree (S-8 holds), but the shard's record is png: S-8 compares "
+     "the header, and the records are checked against the header's image.codecs (§12 step 6, "
+     "HEADER_SCHEMA), not against the schema", _codec_records_root),
     ("manifest_nested_unknown_key", "MANIFEST_SCHEMA", "a shard entry has an unknown member "
      "zzz: unknown keys are refused in every object of the manifest, not only at its top",
      manifest(lambda m: m["shards"][0].__setitem__("zzz", 1), small_root)),
