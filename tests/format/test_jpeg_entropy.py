@@ -86,3 +86,30 @@ def test_real_photographs_pass() -> None:
     for photo in photos:
         data = photo.read_bytes()
         assert _detfmt(data) == _spec(data) == "ok", photo.name
+
+
+def test_the_native_walk_agrees_with_the_python_walk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sequential scans go through the numba kernel when numba is installed: same verdicts."""
+    from detfmt.format import jpeg_entropy_native as native
+
+    if native.sequential_kernel() is None:
+        pytest.skip("numba is not installed (detfmt[fast])")
+    rng = random.Random(26)
+    checked = 0
+    for name in ("baseline", "restart", "sub_420"):
+        data, (height, width) = SOURCES[name]
+        start = data.index(b"\xff\xda")
+        for _ in range(150):
+            mutated = bytearray(data)
+            at = rng.randrange(start, len(mutated) - 2)
+            mutated[at] = rng.randrange(256)
+            try:
+                spec_reader.check_jpeg(bytes(mutated), height, width)
+            except spec_reader.Reject:
+                continue
+            fast = _detfmt(bytes(mutated))
+            with monkeypatch.context() as patch:
+                patch.setattr(native, "sequential_kernel", lambda: None)
+                assert _detfmt(bytes(mutated)) == fast, mutated.hex()
+            checked += 1
+    assert checked > 100
