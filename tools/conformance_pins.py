@@ -11,6 +11,7 @@ detfmt.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import zlib
@@ -168,6 +169,34 @@ def _boxes_with_shape(*shape: int) -> Dataset:
 def _png_ihdr_twice() -> bytes:
     data = payloads.png(mc.Z)
     return data[:33] + data[8:33] + data[33:]  # signature, IHDR, IHDR again, the rest
+
+
+def _png_chunk(kind: bytes, data: bytes) -> bytes:
+    return (len(data).to_bytes(4, "big") + kind + data
+            + zlib.crc32(kind + data).to_bytes(4, "big"))
+
+
+def _png_fdict() -> bytes:
+    """mc.Z as PNG whose zlib header sets FDICT (a preset dictionary, DICTID 1)."""
+    good = payloads.png(mc.Z)
+    at = good.index(b"IDAT") - 4
+    length = int.from_bytes(good[at:at + 4], "big")
+    body = good[at + 8:at + 8 + length]
+    flg = next(f for f in range(256) if f & 0x20 and (f & 0xC0) == (body[1] & 0xC0)
+               and ((body[0] << 8) | f) % 31 == 0)
+    stream = bytes([body[0], flg]) + (1).to_bytes(4, "big") + body[2:]
+    return good[:at] + _png_chunk(b"IDAT", stream) + good[at + 12 + length:]
+
+
+def case_jpeg_adobe_12() -> Dataset:
+    """No JFIF, component ids R, G, B, and an Adobe segment of exactly 12 data bytes (after its
+    length field) with transform 1: YCbCr (§9.3 J3)."""
+    adobe = _segment(0xEE, b"Adobe\x00\x64\x00\x00\x00\x00\x01")
+    payload = jpeg_edit(JPEG57, lambda s: component_ids(without_jfif(s, adobe), b"RGB"))
+    decoded = payloads.FROZEN_JPEG_DECODED[hashlib.sha256(JPEG57).hexdigest()]
+    image = np.frombuffer(decoded, np.uint8).reshape(5, 7, 3)
+    return mc.build([Sample(image, "jpeg", payload=payload, boxes=[[0, 0, 7, 5]], classes=[0])],
+                    CLASSES)
 
 
 def case_npy_grammar() -> Dataset:
@@ -472,6 +501,11 @@ VALID: dict[str, tuple[Callable[[], Dataset], str]] = {
     "num_boxes_wrong_type": (header(lambda h: h.__setitem__("num_boxes", "many")),
                              "num_boxes \"many\" (a string) without the feature ragged_labels: "
                              "an unknown member, whatever its type (R-9), not HEADER_SCHEMA"),
+    "png_reserved_bit": (lambda: one("png", payloads.png(mc.Z, before_idat=((b"prvt", b"x"),)),
+                                     mc.Z), "an ancillary chunk prvt whose reserved bit (third "
+                         "letter lower case) is set: ignored like any ancillary chunk (P2)"),
+    "jpeg_adobe_12": (case_jpeg_adobe_12, "no JFIF, component ids R, G, B and an Adobe APP14 of "
+                      "exactly 12 data bytes after its length field, transform 1: YCbCr"),
     "npy_grammar": (case_npy_grammar, ".npy headers at the edges of the exact grammar: shape "
                     "(003,), spaces around every token, trailing commas, double-quoted index "
                     "pairs, no final newline"),
@@ -814,6 +848,12 @@ INVALID: list[tuple[str, str, str, Callable[[], Dataset]]] = [
      lambda: _boxes_with_shape(3, 2, 5)),
     ("png_ihdr_twice", "IMAGE_DECODE", "a second IHDR chunk right after the first (correct CRC): "
      "P2 allows IHDR only first", lambda: mc.one("png", _png_ihdr_twice(), mc.Z)),
+    ("jpeg_adobe_11", "IMAGE_DECODE", "no JFIF, component ids R, G, B and an APP14 \"Adobe\" of "
+     "11 data bytes (no transform byte): not an Adobe segment, so the ids say RGB (J3)",
+     jpeg_case(jpeg_edit(JPEG57, lambda s: component_ids(without_jfif(
+         s, _segment(0xEE, b"Adobe\x00\x64\x00\x00\x00\x00")), b"RGB")))),
+    ("png_zlib_fdict", "IMAGE_DECODE", "the IDAT zlib header sets FDICT (a preset dictionary): "
+     "P3's stream is RFC 1950 without one", lambda: one("png", _png_fdict(), mc.Z)),
     ("npy_shape_rank0", "COUNT_MISMATCH", "counts.npy has shape () (rank 0, one value): it has "
      "no first dimension, so R-20, not R-18 (NPY_SHAPE)",
      npy_header("counts.npy", "{'descr': '<i4', 'fortran_order': False, 'shape': (), }",
