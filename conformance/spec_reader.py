@@ -296,66 +296,124 @@ def member_files(header: dict[str, Any]) -> set[str]:
 
 # --------------------------------------------------------------------------- .npy (§6)
 
-_TOKEN = re.compile(r" *(?:(?P<str>'[^'\\]*'|\"[^\"\\]*\")|(?P<int>[0-9]+)|(?P<bool>True|False)"
-                    r"|(?P<punct>[{}()\[\],:]))")
+class _Grammar:
+    """§6's array-header grammar, exactly, by recursive descent (no superset is accepted)."""
 
+    def __init__(self, text: str) -> None:
+        self.text, self.at = text, 0
 
-def _tokens(text: str) -> list[tuple[str, Any]]:
-    text = text.rstrip(" ")
-    text = text[:-1] if text.endswith("\n") else text
-    text = text.rstrip(" ")
-    out, position = [], 0
-    while position < len(text):
-        match = _TOKEN.match(text, position)
-        require(match, "NPY_HEADER")
-        assert match is not None
-        position = match.end()
-        if match["str"] is not None:
-            out.append(("str", match["str"][1:-1]))
-        elif match["int"] is not None:
-            out.append(("int", int(match["int"])))
-        elif match["bool"] is not None:
-            out.append(("bool", match["bool"] == "True"))
-        else:
-            out.append(("punct", match["punct"]))
-    return out
+    def peek(self) -> str:
+        return self.text[self.at:self.at + 1]
 
+    def ws(self) -> None:
+        while self.peek() == " ":
+            self.at += 1
 
-def _value(tokens: list[tuple[str, Any]], i: int) -> tuple[Any, int]:
-    kind, value = tokens[i]
-    if kind != "punct":
-        return value, i + 1
-    require(value in "([", "NPY_HEADER")
-    close = ")" if value == "(" else "]"
-    items, i = [], i + 1
-    while tokens[i] != ("punct", close):
-        item, i = _value(tokens, i)
-        items.append(item)
-        if tokens[i] == ("punct", ","):
-            i += 1
-        else:
-            require(tokens[i] == ("punct", close), "NPY_HEADER")
-    return (tuple(items) if close == ")" else items), i + 1
+    def literal(self, word: str) -> bool:
+        if self.text.startswith(word, self.at):
+            self.at += len(word)
+            return True
+        return False
+
+    def expect(self, word: str) -> None:
+        require(self.literal(word), "NPY_HEADER")
+
+    def string(self) -> str:
+        quote = self.peek()
+        require(quote in ("'", '"') and quote != "", "NPY_HEADER")
+        end = self.text.find(quote, self.at + 1)
+        require(end > 0, "NPY_HEADER")
+        value = self.text[self.at + 1:end]
+        require("\\" not in value, "NPY_HEADER")
+        self.at = end + 1
+        return value
+
+    def integer(self) -> int:
+        start = self.at
+        while self.peek() and self.peek() in "0123456789":
+            self.at += 1
+        require(self.at > start, "NPY_HEADER")
+        return int(self.text[start:self.at])
+
+    def pair(self) -> tuple[str, str]:
+        self.expect("(")
+        self.ws()
+        first = self.string()
+        self.ws()
+        self.expect(",")
+        self.ws()
+        second = self.string()
+        self.ws()
+        self.expect(")")
+        return first, second
+
+    def descr(self) -> Any:
+        if not self.literal("["):
+            return self.string()
+        self.ws()
+        pairs = [self.pair()]
+        self.ws()
+        while self.literal(","):
+            self.ws()
+            if self.peek() == "]":
+                break
+            pairs.append(self.pair())
+            self.ws()
+        self.expect("]")
+        return [list(pair) for pair in pairs]
+
+    def shape(self) -> tuple[int, ...]:
+        self.expect("(")
+        self.ws()
+        if self.literal(")"):
+            return ()
+        dims = [self.integer()]
+        self.ws()
+        self.expect(",")  # a one-element tuple needs its comma
+        self.ws()
+        while self.peek() != ")":
+            dims.append(self.integer())
+            self.ws()
+            if not self.literal(","):
+                break
+            self.ws()
+        self.expect(")")
+        return tuple(dims)
+
+    def boolean(self) -> bool:
+        if self.literal("False"):
+            return False
+        self.expect("True")
+        return True
+
+    def dictionary(self) -> dict[str, Any]:
+        values = {"descr": self.descr, "fortran_order": self.boolean, "shape": self.shape}
+        fields: dict[str, Any] = {}
+        self.ws()
+        self.expect("{")
+        for k in range(3):
+            self.ws()
+            if k:
+                self.expect(",")
+                self.ws()
+            key = self.string()
+            require(key in values and key not in fields, "NPY_HEADER")
+            self.ws()
+            self.expect(":")
+            self.ws()
+            fields[key] = values[key]()  # each key takes its own kind of value
+        self.ws()
+        if self.literal(","):
+            self.ws()
+        self.expect("}")
+        self.ws()
+        self.literal("\n")
+        require(self.at == len(self.text), "NPY_HEADER")
+        return fields
 
 
 def _dictionary(text: str) -> dict[str, Any]:
-    tokens = _tokens(text)
-    try:
-        require(tokens[0] == ("punct", "{"), "NPY_HEADER")
-        fields: dict[str, Any] = {}
-        i = 1
-        while tokens[i] != ("punct", "}"):
-            require(tokens[i][0] == "str" and tokens[i + 1] == ("punct", ":"), "NPY_HEADER")
-            key = tokens[i][1]
-            value, i = _value(tokens, i + 2)
-            require(key not in fields, "NPY_HEADER")
-            fields[key] = value
-            if tokens[i] == ("punct", ","):
-                i += 1
-        require(i + 1 == len(tokens), "NPY_HEADER")
-    except IndexError as error:
-        raise Reject("NPY_HEADER") from error
-    return fields
+    return _Grammar(text).dictionary()
 
 
 def parse_npy(data: bytes, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
@@ -373,9 +431,6 @@ def parse_npy(data: bytes, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
     except UnicodeDecodeError as error:
         raise Reject("NPY_HEADER") from error
     fields = _dictionary(text)
-    require(set(fields) == {"descr", "fortran_order", "shape"}, "NPY_HEADER")
-    require(isinstance(fields["shape"], tuple) and all(is_int(v) for v in fields["shape"]),
-            "NPY_HEADER")
     require(fields["fortran_order"] is False, "NPY_ORDER")
     wanted: Any = [tuple(pair) for pair in INDEX] if dtype == "index" else dtype
     descr = fields["descr"]
@@ -784,6 +839,217 @@ def check_jpeg(payload: bytes, height: int, width: int) -> None:
             "IMAGE_DECODE")  # J3
 
 
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def jpeg_entropy(payload: bytes) -> None:
+    """§9.3 J4's entropy rules: walk every scan's Huffman codes (T.81 Annex F and G)."""
+    huffman: dict[int, dict[tuple[int, int], int]] = {}  # Tc<<4|Th -> (length, code) -> symbol
+    restart, frame, sof = 0, None, 0
+    seen: dict[int, list[int]] = {}
+    known: dict[int, list[bytearray]] = {}
+    at = 2
+    while True:
+        while payload[at + 1] == 0xFF:
+            at += 1
+        marker = payload[at + 1]
+        if marker == 0xD9:
+            return
+        size = struct.unpack(">H", payload[at + 2:at + 4])[0]
+        body, at = payload[at + 4:at + 2 + size], at + 2 + size
+        if marker == 0xC4:
+            i = 0
+            while i < len(body):
+                require(i + 17 <= len(body), "IMAGE_DECODE")
+                lengths, table, code, j = body[i + 1:i + 17], {}, 0, i + 17
+                for n, many in enumerate(lengths, 1):
+                    for _ in range(many):
+                        require(j < len(body) and code < (1 << n), "IMAGE_DECODE")
+                        table[(n, code)] = body[j]
+                        code, j = code + 1, j + 1
+                    code <<= 1
+                huffman[body[i]] = table
+                i = j
+        elif marker == 0xDD:
+            require(len(body) == 2, "IMAGE_DECODE")
+            restart = struct.unpack(">H", body)[0]
+        elif marker in SOF_ALLOWED:
+            sof = marker
+            lines, samples = struct.unpack(">HH", body[1:5])
+            comps = {body[6 + 3 * k]: (body[7 + 3 * k] >> 4, body[7 + 3 * k] & 15)
+                     for k in range(body[5])}
+            hmax, vmax = max(h for h, _ in comps.values()), max(v for _, v in comps.values())
+            frame = (lines, samples, comps, hmax, vmax)
+            for c, (h, v) in comps.items():
+                seen[c] = [-1] * 64
+                wide = _ceil(_ceil(samples * h, hmax), 8)
+                high = _ceil(_ceil(lines * v, vmax), 8)
+                known[c] = [bytearray(64) for _ in range(wide * high)]
+        elif marker == 0xDA:
+            stop = at
+            while not (payload[stop] == 0xFF and payload[stop + 1] not in (0, *range(0xD0, 0xD8))):
+                stop += 1
+            jpeg_scan(body, payload[at:stop], frame, sof == 0xC2, restart, huffman, seen, known)
+            at = stop
+
+
+def jpeg_scan(body: bytes, coded: bytes, frame: Any, progressive: bool, restart: int,
+              huffman: dict, seen: dict, known: dict) -> None:
+    lines, samples, comps, hmax, vmax = frame
+    require(len(body) > 0, "IMAGE_DECODE")
+    ns = body[0]
+    require(1 <= ns <= 4 and len(body) == 4 + 2 * ns, "IMAGE_DECODE")
+    parts = [(body[1 + 2 * k], body[2 + 2 * k] >> 4, body[2 + 2 * k] & 15) for k in range(ns)]
+    ss, se, ah, al = body[-3], body[-2], body[-1] >> 4, body[-1] & 15
+    require(all(c in comps for c, _, _ in parts) and len({c for c, _, _ in parts}) == ns,
+            "IMAGE_DECODE")
+    if not progressive:
+        require((ss, se, ah, al) == (0, 63, 0, 0), "IMAGE_DECODE")
+    else:
+        require((ss == 0) == (se == 0) and ss <= se <= 63 and (ss == 0 or ns == 1) and al <= 13
+                and (ah == 0 or al == ah - 1), "IMAGE_DECODE")
+        for c, _, _ in parts:
+            require(ss == 0 or seen[c][0] >= 0, "IMAGE_DECODE")  # DC before AC
+            for k in range(ss, se + 1):
+                require(ah == max(seen[c][k], 0), "IMAGE_DECODE")
+                seen[c][k] = al
+    tables = {}
+    for c, td, ta in parts:
+        dc, ac = huffman.get(td), huffman.get(0x10 | ta)
+        if not progressive:
+            require(dc is not None and ac is not None, "IMAGE_DECODE")
+        elif ss == 0:
+            require(ah > 0 or dc is not None, "IMAGE_DECODE")
+        else:
+            require(ac is not None, "IMAGE_DECODE")
+        tables[c] = (dc, ac)
+    if ns == 1:  # non-interleaved: the component's own blocks
+        c = parts[0][0]
+        h, v = comps[c]
+        wide = _ceil(_ceil(samples * h, hmax), 8)
+        units = [[(c, b)] for b in range(wide * _ceil(_ceil(lines * v, vmax), 8))]
+    else:  # interleaved (sequential, or a DC scan): MCUs of h x v blocks per component
+        units = [[(c, -1) for c, _, _ in parts for _ in range(comps[c][0] * comps[c][1])]
+                 for _ in range(_ceil(samples, 8 * hmax) * _ceil(lines, 8 * vmax))]
+    pieces, numbers, start = [], [], 0
+    for found in re.finditer(rb"\xff[\xd0-\xd7]", coded):
+        pieces.append(coded[start:found.start()])
+        numbers.append(found.group()[1] & 7)
+        start = found.end()
+    pieces.append(coded[start:])
+    per = restart or len(units)
+    require(numbers == [k & 7 for k in range(_ceil(len(units), per) - 1)], "IMAGE_DECODE")
+    for n, piece in enumerate(pieces):
+        reader = BitReader(piece.replace(b"\xff\x00", b"\xff"))
+        eob = 0
+        for unit in units[n * per:(n + 1) * per]:
+            for c, b in unit:
+                dc, ac = tables[c]
+                if not progressive:
+                    reader.bits(reader.huff(dc))
+                    k = 1
+                    while k < 64:
+                        rs = reader.huff(ac)
+                        if rs & 15:
+                            k += rs >> 4
+                            require(k < 64, "IMAGE_DECODE")
+                            reader.bits(rs & 15)
+                        elif rs != 0xF0:
+                            break
+                        else:
+                            k += 15
+                            require(k < 64, "IMAGE_DECODE")
+                        k += 1
+                elif ss == 0:
+                    reader.bits(1 if ah else reader.huff(dc))
+                elif ah == 0:
+                    eob = ac_first(reader, ac, ss, se, eob, known[c][b])
+                else:
+                    eob = ac_refine(reader, ac, ss, se, eob, known[c][b])
+        require(reader.left() < 8, "IMAGE_DECODE")  # no whole byte before the marker
+
+
+class BitReader:
+    def __init__(self, data: bytes) -> None:
+        self.data, self.total, self.at = data, 8 * len(data), 0
+
+    def bit(self) -> int:
+        require(self.at < self.total, "IMAGE_DECODE")  # the data ran out
+        at, self.at = self.at, self.at + 1
+        return (self.data[at >> 3] >> (7 - (at & 7))) & 1
+
+    def bits(self, n: int) -> int:
+        out = 0
+        for _ in range(n):
+            out = out << 1 | self.bit()
+        return out
+
+    def huff(self, table: dict[tuple[int, int], int]) -> int:
+        code = 0
+        for n in range(1, 17):
+            code = code << 1 | self.bit()
+            if (n, code) in table:
+                return table[(n, code)]
+        raise Reject("IMAGE_DECODE")  # no such code
+
+    def left(self) -> int:
+        return self.total - self.at
+
+
+def ac_first(reader: BitReader, ac: dict, ss: int, se: int, eob: int, nz: bytearray) -> int:
+    if eob:
+        return eob - 1
+    k = ss
+    while k <= se:
+        rs = reader.huff(ac)
+        r, s = rs >> 4, rs & 15
+        if s:
+            k += r
+            require(k <= se, "IMAGE_DECODE")
+            reader.bits(s)
+            nz[k] = 1
+        elif r == 15:
+            k += 15
+            require(k <= se, "IMAGE_DECODE")
+        else:
+            return (1 << r) + reader.bits(r) - 1
+        k += 1
+    return 0
+
+
+def ac_refine(reader: BitReader, ac: dict, ss: int, se: int, eob: int, nz: bytearray) -> int:
+    k = ss
+    if eob == 0:
+        while k <= se:
+            rs = reader.huff(ac)
+            r, s = rs >> 4, rs & 15
+            if s:
+                require(s == 1, "IMAGE_DECODE")
+                reader.bit()
+            elif r != 15:
+                eob = (1 << r) + reader.bits(r)
+                break
+            while k <= se:
+                if nz[k]:
+                    reader.bit()  # correction bit
+                elif r == 0:
+                    break
+                else:
+                    r -= 1
+                k += 1
+            if s:
+                require(k <= se, "IMAGE_DECODE")
+                nz[k] = 1
+            k += 1
+    if eob:
+        for j in range(k, se + 1):
+            if nz[j]:
+                reader.bit()
+        eob -= 1
+    return eob
+
+
 def decode_jpeg(payload: bytes, height: int, width: int) -> bytes:
     check_jpeg(payload, height, width)
     try:  # J4: libjpeg-turbo (islow IDCT, fancy upsampling), YCbCr to RGB
@@ -792,6 +1058,7 @@ def decode_jpeg(payload: bytes, height: int, width: int) -> bytes:
     except (OSError, SyntaxError, ValueError) as error:
         raise Reject("IMAGE_DECODE") from error
     require(image.size == (width, height) and image.mode == "RGB", "IMAGE_DECODE")
+    jpeg_entropy(payload)  # J4: Pillow recovers from corrupt entropy-coded data silently
     return np.asarray(image).tobytes()
 
 

@@ -401,3 +401,11 @@ def test_chunked_index_validation_checks_the_link_to_the_next_chunk() -> None:
     index[chunk - 1]["nbytes"] = 200  # runs into the next chunk's payloads
     found = list(validate.check_index(index, header, n * 64, "images.bin", 0, chunk))
     assert [v.rule for v in found] == ["OFFSETS_NON_MONOTONIC"]
+
+
+def test_spec_revision_matches_the_code() -> None:
+    """SPEC.md's Version row names the revision detfmt implements (spec.SPEC_REVISION), and its
+    change log has that revision as its last entry."""
+    assert re.search(r"^\| Version \| " + re.escape(spec.SPEC_REVISION) + r" ", SPEC_TEXT, re.M)
+    log = re.findall(r"^\| (\d+\.\d+(?:\.\d+)?) \| \d{4}-\d\d-\d\d \|", SPEC_TEXT, re.M)
+    assert log[-1] == spec.SPEC_REVISION

@@ -17,6 +17,7 @@ import xxhash
 
 __all__ = [
     "FROZEN_JPEG",
+    "FROZEN_JPEG_DECODED",
     "FROZEN_JPEG_MORE",
     "FROZEN_ZSTD",
     "chroma_source",
@@ -457,3 +458,82 @@ def progressive_gray(scans: int) -> bytes:
             + _jpeg_segment(0xDB, b"\x00" + bytes([1] * 64))
             + _jpeg_segment(0xC2, frame) + _jpeg_segment(0xC4, huffman)
             + b"".join(parts) + b"\xff\xd9")
+
+
+#: libjpeg-turbo 3's decode (simplejpeg 1.9: accurate IDCT; 4:4:4, so no upsampling) of the
+#: frozen 4:4:4 JPEGs the valid cases hold, by SHA-256 of the payload: their reference pixels
+#: (SPEC.md §17, one reference for every JPEG case since 1.2.1; the source image was used before).
+FROZEN_JPEG_DECODED: dict[str, bytes] = {
+    "16fee68c8da7c1e9506a4a02f5f90260293c90baf91224539ceae240dc54cec9": _b64(
+        'KTyALj2CNj2DPjyFSDyITz2JVT2LKUGBL0KEOEKHP0KHSUGKT0GMVkGMKkiEL0mGN0mJP0iJSUiMUEmPVUiOKU6F'
+        'L0+IN0+LP0+LSU6OUE2QVU6RKVKIL1SJN1SMQFOOSVOQUVKSVVOU'
+    ),
+    "88d8ba52ed5c295637708f1ea09afc48568819ee40baf5cbaca5820e7f14ac80": _b64(
+        'KTyALj2CODyDQDyGRzyIUDuIWTyMXj2OaTyPcDyReDyUgTyViDyXkTyamjycoDyeqjyfrzyhtzykwD2lyDyn0Dyq'
+        '2jyr3z2tKUGBL0KEOEKHP0KJR0GJT0GMWEGPXkKPakCSb0KVeEKWgkKZiEKakEGcmkGfoEKiqUGisEKluUKmwUKp'
+        'yUKp0EGr2UGu4EKxKEiFL0mGN0mJP0iLR0iLT0iOWEiRXkiRaEiUb0iXeEmZf0ibiEiekEiemEihn0mkqEeksEin'
+        'uEmowEiqyUit0Eiu2Uix4Em0KU6FL06HOE6KQE6NSE2NUE2QWU6SX06UaU2Xbk6Zd06agU6dh06dj06gmU6jnk6l'
+        'qE6mrk6ot06qwE6tx06t0E6w2U6z3061KVSHL1SJN1SMQFWOSFSQUFSTWVSUX1SWaVSXb1SZeFScgFSfiFSfkVSi'
+        'mVSkn1SmqVSnsFSpuFSswVSvyVSv0VSy2lSz4FS1KlqKMFqMOVqPQVqQSVqSUFmSWVmVYFqYaFqYb1qbeFuef1qf'
+        'iFqij1mkmFqln1uoqFmor1qruFquwFquyFqx0Fmz2Vq14Fu4KmCMMGCOOGCRQWGSSWCUUF+WWWCXX2GaaGCbb2Ge'
+        'd2Ghf2Cjh2Cjj2CmmGCnn2GqqGCqr2GtuGGwv2Cyx2Cz0GC22GC34GG6KmWPL2WROGeTQWWVR2aVUGaYWmWbX2ad'
+        'aWafb2WheGaigGaliGWnkGaomWarn2atqWWurmawuGaywWa1yGW30Wa42ma73ma9KGyPLmyROGyTQWyWR2yYTWyY'
+        'WG2cYGyeZ22fb2yheWykgG2lhm2nj22qmW2sn2yuqWyxrmyzuGy0wGy3x2230Wy62Wy73m29KHGRMHKUOnKXQXGZ'
+        'R3GZT3KcWXGfYHGfZ3GicHKleXKmgXKph3Kqj3KsmXGvoHKyqXGyr3K1uHK4wHO5yHK7z3G72HK+33LBJ3iVL3mW'
+        'OXiZQXebR3ebTnieWHihYHehZ3ikcHineHmpgHirh3muj3iumXixoHi0qHi0r3m3t3m6v3i6yHi9z3i92HjA33nD'
+        'KH6VLn6XOH2aQX6dR36dUH6gWH6iYH6kZ36nb36peX2qgH6thn6tj3+wmX6zoH21qX62r324uH67wH68yH2+0H7A'
+        '2X7D337DKIWXL4SZOYOcQoSeSISgT4SjWYSkYYOmaIWncISpeISsgYSvh4SvkISymoSzoIS1qYS4r4S6t4S8wIW/'
+        'yIS/0ITC2YXD34XFKYqaL4qcOYqfQoqgSIqiUIqiWIqlYYqoZ4qocIqreoqugIquh4uxj4qzmYq1oYq4qYm6sIq9'
+        'uYq+wInAyYrB0InD2YnE4IrHKZGcL5GeOZChQpGiSJGkT5CmWJCnYZCqZ5Gqb5GteZCwgJCyhpCzjpC2mJC3oJG6'
+        'qY+8sJC/uJHAwJDCyI/C0I/F2ZDH35LKKZWfL5WhOpajQpWlSJWlT5aoWZarYZWtaJaucJWwepWygZa1h5a3kJa4'
+        'mpa7oJW9qpXAr5bAt5bDwZbEx5XG0JbI2pXL35bN'
+    ),
+    "8a0a7675918cd9a276ad3d68b7e76b33d4cbe28324a5baa5405aa0e6c8de4c1b": _b64(
+        'KTyALj2CODyDQDyGRzyIUDuIWTyMXj2OaTyPcDyReDyUgTyViDyXkTyamjycoDyeqjyfrzyhtzykwD2lyDyn0Dyq'
+        '2jyr3z2tKUGBL0KEOEKHP0KJR0GJT0GMWEGPXkKPakCSb0KVeEKWgkKZiEKakEGcmkGfoEKiqUGisEKluUKmwUKp'
+        'yUKp0EGr2UGu4EKxKEiFL0mGN0mJP0iLR0iLT0iOWEiRXkiRaEiUb0iXeEmZf0ibiEiekEiemEihn0mkqEeksEin'
+        'uEmowEiqyUit0Eiu2Uix4Em0KU6FL06HOE6KQE6NSE2NUE2QWU6SX06UaU2Xbk6Zd06agU6dh06dj06gmU6jnk6l'
+        'qE6mrk6ot06qwE6tx06t0E6w2U6z3061KVSHL1SJN1SMQFWOSFSQUFSTWVSUX1SWaVSXb1SZeFScgFSfiFSfkVSi'
+        'mVSkn1SmqVSnsFSpuFSswVSvyVSv0VSy2lSz4FS1KlqKMFqMOVqPQVqQSVqSUFmSWVmVYFqYaFqYb1qbeFuef1qf'
+        'iFqij1mkmFqln1uoqFmor1qruFquwFquyFqx0Fmz2Vq14Fu4KmCMMGCOOGCRQWGSSWCUUF+WWWCXX2GaaGCbb2Ge'
+        'd2Ghf2Cjh2Cjj2CmmGCnn2GqqGCqr2GtuGGwv2Cyx2Cz0GC22GC34GG6KmWPL2WROGeTQWWVR2aVUGaYWmWbX2ad'
+        'aWafb2WheGaigGaliGWnkGaomWarn2atqWWurmawuGaywWa1yGW30Wa42ma73ma9KGyPLmyROGyTQWyWR2yYTWyY'
+        'WG2cYGyeZ22fb2yheWykgG2lhm2nj22qmW2sn2yuqWyxrmyzuGy0wGy3x2230Wy62Wy73m29KHGRMHKUOnKXQXGZ'
+        'R3GZT3KcWXGfYHGfZ3GicHKleXKmgXKph3Kqj3KsmXGvoHKyqXGyr3K1uHK4wHO5yHK7z3G72HK+33LBJ3iVL3mW'
+        'OXiZQXebR3ebTnieWHihYHehZ3ikcHineHmpgHirh3muj3iumXixoHi0qHi0r3m3t3m6v3i6yHi9z3i92HjA33nD'
+        'KH6VLn6XOH2aQX6dR36dUH6gWH6iYH6kZ36nb36peX2qgH6thn6tj3+wmX6zoH21qX62r324uH67wH68yH2+0H7A'
+        '2X7D337DKIWXL4SZOYOcQoSeSISgT4SjWYSkYYOmaIWncISpeISsgYSvh4SvkISymoSzoIS1qYS4r4S6t4S8wIW/'
+        'yIS/0ITC2YXD34XFKYqaL4qcOYqfQoqgSIqiUIqiWIqlYYqoZ4qocIqreoqugIquh4uxj4qzmYq1oYq4qYm6sIq9'
+        'uYq+wInAyYrB0InD2YnE4IrHKZGcL5GeOZChQpGiSJGkT5CmWJCnYZCqZ5Gqb5GteZCwgJCyhpCzjpC2mJC3oJG6'
+        'qY+8sJC/uJHAwJDCyI/C0I/F2ZDH35LKKZWfL5WhOpajQpWlSJWlT5aoWZarYZWtaJaucJWwepWygZa1h5a3kJa4'
+        'mpa7oJW9qpXAr5bAt5bDwZbEx5XG0JbI2pXL35bN'
+    ),
+    "96c52e0b312f59e03630d6445927b8f0c5ba755e3c46511bc263a3b0141b5286": _b64(
+        'KTyALj2CNj2DPjyFSDyITz2JVT2LKUGBL0KEOEKHP0KHSUGKT0GMVkGMKkiEL0mGN0mJP0iJSUiMUEmPVUiOKU6F'
+        'L0+IN0+LP0+LSU6OUE2QVU6RKVKIL1SJN1SMQFOOSVOQUVKSVVOU'
+    ),
+    "9e0887468c8ddbe28ae98d6bc00d0129e694373612fc7b0daacebd1c7eb66931": _b64(
+        'KTyALj2CNj2DPjyFSDyITz2JVT2LKUGBL0KEOEKHP0KHSUGKT0GMVkGMKkiEL0mGN0mJP0iJSUiMUEmPVUiOKU6F'
+        'L0+IN0+LP0+LSU6OUE2QVU6RKVKIL1SJN1SMQFOOSVOQUVKSVVOU'
+    ),
+    "e3a1f5c418a5bab12c7eef182f326507c2cf7c889556a4221917a780c6aab8e8": _b64(
+        'KTyALj2CODyDQDyGRzyIUDuIWTyMXj2OaTyPcDyReDyUgTyViDyXkTyamjycoDyeqjyfrzyhtzykwD2lyDyn0Dyq'
+        '2jyr3z2tKUGBL0KEOEKHP0KJR0GJT0GMWEGPXkKPakCSb0KVeEKWgkKZiEKakEGcmkGfoEKiqUGisEKluUKmwUKp'
+        'yUKp0EGr2UGu4EKxKEiFL0mGN0mJP0iLR0iLT0iOWEiRXkiRaEiUb0iXeEmZf0ibiEiekEiemEihn0mkqEeksEin'
+        'uEmowEiqyUit0Eiu2Uix4Em0KU6FL06HOE6KQE6NSE2NUE2QWU6SX06UaU2Xbk6Zd06agU6dh06dj06gmU6jnk6l'
+        'qE6mrk6ot06qwE6tx06t0E6w2U6z3061KVSHL1SJN1SMQFWOSFSQUFSTWVSUX1SWaVSXb1SZeFScgFSfiFSfkVSi'
+        'mVSkn1SmqVSnsFSpuFSswVSvyVSv0VSy2lSz4FS1KlqKMFqMOVqPQVqQSVqSUFmSWVmVYFqYaFqYb1qbeFuef1qf'
+        'iFqij1mkmFqln1uoqFmor1qruFquwFquyFqx0Fmz2Vq14Fu4KmCMMGCOOGCRQWGSSWCUUF+WWWCXX2GaaGCbb2Ge'
+        'd2Ghf2Cjh2Cjj2CmmGCnn2GqqGCqr2GtuGGwv2Cyx2Cz0GC22GC34GG6KmWPL2WROGeTQWWVR2aVUGaYWmWbX2ad'
+        'aWafb2WheGaigGaliGWnkGaomWarn2atqWWurmawuGaywWa1yGW30Wa42ma73ma9KGyPLmyROGyTQWyWR2yYTWyY'
+        'WG2cYGyeZ22fb2yheWykgG2lhm2nj22qmW2sn2yuqWyxrmyzuGy0wGy3x2230Wy62Wy73m29KHGRMHKUOnKXQXGZ'
+        'R3GZT3KcWXGfYHGfZ3GicHKleXKmgXKph3Kqj3KsmXGvoHKyqXGyr3K1uHK4wHO5yHK7z3G72HK+33LBJ3iVL3mW'
+        'OXiZQXebR3ebTnieWHihYHehZ3ikcHineHmpgHirh3muj3iumXixoHi0qHi0r3m3t3m6v3i6yHi9z3i92HjA33nD'
+        'KH6VLn6XOH2aQX6dR36dUH6gWH6iYH6kZ36nb36peX2qgH6thn6tj3+wmX6zoH21qX62r324uH67wH68yH2+0H7A'
+        '2X7D337DKIWXL4SZOYOcQoSeSISgT4SjWYSkYYOmaIWncISpeISsgYSvh4SvkISymoSzoIS1qYS4r4S6t4S8wIW/'
+        'yIS/0ITC2YXD34XFKYqaL4qcOYqfQoqgSIqiUIqiWIqlYYqoZ4qocIqreoqugIquh4uxj4qzmYq1oYq4qYm6sIq9'
+        'uYq+wInAyYrB0InD2YnE4IrHKZGcL5GeOZChQpGiSJGkT5CmWJCnYZCqZ5Gqb5GteZCwgJCyhpCzjpC2mJC3oJG6'
+        'qY+8sJC/uJHAwJDCyI/C0I/F2ZDH35LKKZWfL5WhOpajQpWlSJWlT5aoWZarYZWtaJaucJWwepWygZa1h5a3kJa4'
+        'mpa7oJW9qpXAr5bAt5bDwZbEx5XG0JbI2pXL35bN'
+    ),
+}

@@ -11,7 +11,9 @@ detfmt.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import zlib
 from collections.abc import Callable
 
@@ -130,6 +132,92 @@ def deep(levels: int) -> bytes:
     return b'"extensions": {"deep": ' + b"[" * levels + b"]" * levels + b"}"
 
 
+# --------------------------------------------------------------------------- .npy helpers
+
+
+def npy_header(name: str, text: str, data: Callable[[bytes], bytes] = lambda d: d, *,
+               version: int = 1) -> Callable[[], Dataset]:
+    """base_raw with member ``name``'s array header replaced by ``text`` (padded as numpy
+    pads it, newline-terminated; .npy version 1, latin-1, or 3, UTF-8), its data kept (or
+    changed by ``data``)."""
+    def case() -> Dataset:
+        dataset = mc.base_raw()
+        old = dataset.files[name]
+        start = 10 if old[6] == 1 else 12
+        body = data(old[start + int.from_bytes(old[8:start], "little"):])
+        prefix = 10 if version == 1 else 12
+        encoded = text.encode("latin-1" if version == 1 else "utf-8")
+        padded = encoded + b" " * (-(prefix + len(encoded) + 1) % 64) + b"\n"
+        dataset.files[name] = (b"\x93NUMPY" + bytes([version, 0])
+                               + len(padded).to_bytes(prefix - 8, "little") + padded + body)
+        return dataset.seal()
+    return case
+
+
+def _boxes_with_shape(*shape: int) -> Dataset:
+    """base_raw whose boxes.npy, and header.arrays, have ``shape`` (zero-filled beyond the
+    real boxes)."""
+    dataset = mc.base_raw()
+    boxes = mc.load(dataset, "boxes.npy")
+    grown = np.zeros(shape, np.float32)
+    grown[:, :boxes.shape[1], :4] = boxes
+    dataset.files["boxes.npy"] = payloads.npy(grown)
+    dataset.header["arrays"]["boxes.npy"]["shape"] = list(shape)
+    return dataset.seal()
+
+
+def _png_ihdr_twice() -> bytes:
+    data = payloads.png(mc.Z)
+    return data[:33] + data[8:33] + data[33:]  # signature, IHDR, IHDR again, the rest
+
+
+def _png_chunk(kind: bytes, data: bytes) -> bytes:
+    return (len(data).to_bytes(4, "big") + kind + data
+            + zlib.crc32(kind + data).to_bytes(4, "big"))
+
+
+def _png_fdict() -> bytes:
+    """mc.Z as PNG whose zlib header sets FDICT (a preset dictionary, DICTID 1)."""
+    good = payloads.png(mc.Z)
+    at = good.index(b"IDAT") - 4
+    length = int.from_bytes(good[at:at + 4], "big")
+    body = good[at + 8:at + 8 + length]
+    flg = next(f for f in range(256) if f & 0x20 and (f & 0xC0) == (body[1] & 0xC0)
+               and ((body[0] << 8) | f) % 31 == 0)
+    stream = bytes([body[0], flg]) + (1).to_bytes(4, "big") + body[2:]
+    return good[:at] + _png_chunk(b"IDAT", stream) + good[at + 12 + length:]
+
+
+def case_jpeg_adobe_12() -> Dataset:
+    """No JFIF, component ids R, G, B, and an Adobe segment of exactly 12 data bytes (after its
+    length field) with transform 1: YCbCr (§9.3 J3)."""
+    adobe = _segment(0xEE, b"Adobe\x00\x64\x00\x00\x00\x00\x01")
+    payload = jpeg_edit(JPEG57, lambda s: component_ids(without_jfif(s, adobe), b"RGB"))
+    decoded = payloads.FROZEN_JPEG_DECODED[hashlib.sha256(JPEG57).hexdigest()]
+    image = np.frombuffer(decoded, np.uint8).reshape(5, 7, 3)
+    return mc.build([Sample(image, "jpeg", payload=payload, boxes=[[0, 0, 7, 5]], classes=[0])],
+                    CLASSES)
+
+
+def case_npy_grammar() -> Dataset:
+    """§6's grammar at its edges: leading zeros (003), spaces around every token, trailing
+    commas, double quotes, no final newline, and no padding."""
+    dataset = mc.base_raw()
+    texts = {
+        "counts.npy": "{'descr': '<i4', 'fortran_order': False, 'shape': (003,), }",
+        "boxes.npy": ' { "descr" : "<f4" , "fortran_order" : False , "shape" : ( 3 , 2 , 4 , ) } ',
+        "index.npy": "{'shape': (3,), 'descr': [" + ", ".join(
+            f'("{name}", "{dtype}")' for name, dtype in mc.INDEX_DESCR) + ", ], "
+        "'fortran_order': False}",
+    }
+    for name, text in texts.items():
+        old = dataset.files[name]
+        body = old[10 + int.from_bytes(old[8:10], "little"):]
+        dataset.files[name] = (b"\x93NUMPY\x01\x00" + len(text).to_bytes(2, "little")
+                               + text.encode("latin-1") + body)
+    return dataset.seal()
+
+
 # --------------------------------------------------------------------------- JPEG helpers
 
 JPEG57 = payloads.FROZEN_JPEG[5, 7]
@@ -196,6 +284,42 @@ def component_ids(segments: list[tuple[int, bytes]], ids: bytes) -> list[tuple[i
 
 
 GRAY128 = np.full((8, 8, 3), 128, np.uint8)  # the image of payloads.progressive_gray
+
+
+RESTART = payloads.FROZEN_JPEG_MORE["RESTART"]
+RESTART_SOURCE = payloads.jpeg_source(16, 24)
+
+
+def _coded_start(data: bytes) -> int:
+    """Where the first scan's entropy-coded data starts."""
+    sos = data.index(b"\xff\xda")
+    return sos + 2 + int.from_bytes(data[sos + 2:sos + 4], "big")
+
+
+def at_restart(n: int, change: Callable[[bytes], bytes]) -> bytes:
+    """RESTART with its restart marker number ``n`` (counted from 0) replaced by change(it)."""
+    start = _coded_start(RESTART)
+    found = [m.start() for m in re.finditer(rb"\xff[\xd0-\xd7]", RESTART[start:])]
+    at = start + found[n]
+    return RESTART[:at] + change(RESTART[at:at + 2]) + RESTART[at + 2:]
+
+
+def cut_coded(data: bytes) -> bytes:
+    """The second half of the (single) scan's coded data removed, EOI kept."""
+    start = _coded_start(data)
+    return data[:start + (len(data) - 2 - start) // 2] + data[-2:]
+
+
+def first_scan_data(data: bytes, coded: bytes) -> bytes:
+    """The first scan's one byte of coded data (progressive_gray) replaced by ``coded``."""
+    start = _coded_start(data)
+    return data[:start] + coded + data[start + 1:]
+
+
+def refinement_ah(data: bytes) -> bytes:
+    """progressive_gray with its first refinement scan (Ah 1, Al 0) made Ah 2, Al 1."""
+    at = data.index(b"\xff\xda\x00\x08\x01\x01\x00\x01\x01\x10")
+    return data[:at + 9] + b"\x21" + data[at + 10:]
 
 
 def jpeg_case(payload: bytes, image: np.ndarray = JPEG_SOURCE57) -> Callable[[], Dataset]:
@@ -374,6 +498,17 @@ VALID: dict[str, tuple[Callable[[], Dataset], str]] = {
                         "checked against the reference decode (interpolated chroma)"),
     "jpeg_forms": (case_jpeg_forms, "progressive, restart markers, SOF1, EXIF orientation 6 "
                    "without JFIF (not applied), a COM segment"),
+    "num_boxes_wrong_type": (header(lambda h: h.__setitem__("num_boxes", "many")),
+                             "num_boxes \"many\" (a string) without the feature ragged_labels: "
+                             "an unknown member, whatever its type (R-9), not HEADER_SCHEMA"),
+    "png_reserved_bit": (lambda: one("png", payloads.png(mc.Z, before_idat=((b"prvt", b"x"),)),
+                                     mc.Z), "an ancillary chunk prvt whose reserved bit (third "
+                         "letter lower case) is set: ignored like any ancillary chunk (P2)"),
+    "jpeg_adobe_12": (case_jpeg_adobe_12, "no JFIF, component ids R, G, B and an Adobe APP14 of "
+                      "exactly 12 data bytes after its length field, transform 1: YCbCr"),
+    "npy_grammar": (case_npy_grammar, ".npy headers at the edges of the exact grammar: shape "
+                    "(003,), spaces around every token, trailing commas, double-quoted index "
+                    "pairs, no final newline"),
     "jpeg_scans_256": (case_jpeg_scans_256, "a progressive JPEG of 256 scans, the most R-50 "
                        "allows"),
 }
@@ -657,6 +792,72 @@ INVALID: list[tuple[str, str, str, Callable[[], Dataset]]] = [
     ("jpeg_trailing", "IMAGE_DECODE", "4 bytes after EOI", jpeg_case(JPEG57 + b"\x00\x01\x02\x03")),
     ("jpeg_scans", "IMAGE_DECODE", "a progressive JPEG of 257 scans in a consistent progression "
      "(R-50 allows 256)", jpeg_case(payloads.progressive_gray(257), GRAY128)),
+    # 1.2.1: §9.3 J4's entropy rules (verification); each case names the choice it pins
+    ("jpeg_bytes_before_eoi", "IMAGE_DECODE", "2 bytes (00 00) between the scan's last coded "
+     "bits and EOI: extraneous bytes are IMAGE_DECODE at the end of a payload too (libjpeg "
+     "warns and decoders carry on)", jpeg_case(JPEG57[:-2] + b"\x00\x00" + JPEG57[-2:])),
+    ("jpeg_bytes_before_restart", "IMAGE_DECODE", "2 bytes (00 00) before the restart marker "
+     "RST1: extraneous bytes inside a scan", jpeg_case(at_restart(1, lambda rst: b"\x00\x00"
+                                                                   + rst), RESTART_SOURCE)),
+    ("jpeg_data_short", "IMAGE_DECODE", "the scan's coded data ends before its last block (half "
+     "of it cut, EOI kept): data that runs out is not zero-filled",
+     jpeg_case(cut_coded(JPEG57), JPEG_SOURCE57)),
+    ("jpeg_restart_missing", "IMAGE_DECODE", "restart marker RST1 removed (DRI: one MCU per "
+     "interval): no resynchronisation", jpeg_case(at_restart(1, lambda rst: b""),
+                                                  RESTART_SOURCE)),
+    ("jpeg_restart_sequence", "IMAGE_DECODE", "the second restart marker is RST5 instead of "
+     "RST1", jpeg_case(at_restart(1, lambda rst: b"\xff\xd5"), RESTART_SOURCE)),
+    ("jpeg_restart_extra", "IMAGE_DECODE", "an RST5 after the last restart interval, before EOI "
+     "(the interval puts none there)", jpeg_case(RESTART[:-2] + b"\xff\xd5" + RESTART[-2:],
+                                                 RESTART_SOURCE)),
+    ("jpeg_huffman_code", "IMAGE_DECODE", "an invalid Huffman code (bits 1011... where the only "
+     "DC code is 0) in the first scan, 16 bits available", jpeg_case(
+         first_scan_data(payloads.progressive_gray(256), b"\xbf\x00"), GRAY128)),
+    ("jpeg_progression", "IMAGE_DECODE", "a refinement scan with Ah 2, Al 1 where the previous "
+     "scan of its coefficient had Al 1 (Ah must be the last Al)", jpeg_case(
+         refinement_ah(payloads.progressive_gray(256)), GRAY128)),
+    # 1.2.1: §6's grammar is exact; each case names the choice it pins
+    ("npy_header_tab", "NPY_HEADER", "a tab between two entries of counts.npy's header "
+     "(whitespace is spaces only: pins the grammar as exact, not a minimum)",
+     npy_header("counts.npy", "{'descr': '<i4',\t'fortran_order': False, 'shape': (3,), }")),
+    ("npy_order_string", "NPY_HEADER", "'fortran_order': 'False' (a string): a wrong-typed "
+     "value is outside the grammar, not NPY_ORDER and not false",
+     npy_header("counts.npy", "{'descr': '<i4', 'fortran_order': 'False', 'shape': (3,), }")),
+    ("npy_order_zero", "NPY_HEADER", "'fortran_order': 0: a wrong-typed value is outside the "
+     "grammar, not a false value",
+     npy_header("counts.npy", "{'descr': '<i4', 'fortran_order': 0, 'shape': (3,), }")),
+    ("npy_shape_string", "NPY_HEADER", "'shape': '3' (a string): outside the grammar, not "
+     "COUNT_MISMATCH or NPY_SHAPE",
+     npy_header("counts.npy", "{'descr': '<i4', 'fortran_order': False, 'shape': '3', }")),
+    ("npy_descr_list_pairs", "NPY_HEADER", "index.npy's descr pairs written as lists "
+     "([['offset', '<u8'], ...]): outside the grammar, not NPY_DTYPE",
+     npy_header("index.npy", "{'descr': [" + ", ".join(
+         f"['{name}', '{dtype}']" for name, dtype in mc.INDEX_DESCR)
+         + "], 'fortran_order': False, 'shape': (3,), }")),
+    ("npy_shape_unicode_digit", "NPY_HEADER", "counts.npy (.npy version 3, UTF-8) has shape "
+     "(\u0663,), an ARABIC-INDIC DIGIT THREE: int digits are ASCII 0-9 only",
+     npy_header("counts.npy", "{'descr': '<i4', 'fortran_order': False, 'shape': (\u0663,), }",
+                version=3)),
+    # 1.2.1: choices the text resolved but no case pinned
+    ("features_type_and_unknown", "HEADER_SCHEMA", "required_features [\"zzz\", 5]: an array "
+     "that is not all strings is HEADER_SCHEMA before any name is looked up (§12 1i), not "
+     "FEATURE_UNSUPPORTED", header(lambda h: h.__setitem__("required_features", ["zzz", 5]))),
+    ("arrays_shape_other_dim", "COUNT_MISMATCH", "header.arrays says boxes.npy is [3, 2, 5] "
+     "(right first dimension, wrong second), the file agrees with it: §12 1k checks the "
+     "header's shape whichever dimension differs, so COUNT_MISMATCH, not NPY_SHAPE",
+     lambda: _boxes_with_shape(3, 2, 5)),
+    ("png_ihdr_twice", "IMAGE_DECODE", "a second IHDR chunk right after the first (correct CRC): "
+     "P2 allows IHDR only first", lambda: mc.one("png", _png_ihdr_twice(), mc.Z)),
+    ("jpeg_adobe_11", "IMAGE_DECODE", "no JFIF, component ids R, G, B and an APP14 \"Adobe\" of "
+     "11 data bytes (no transform byte): not an Adobe segment, so the ids say RGB (J3)",
+     jpeg_case(jpeg_edit(JPEG57, lambda s: component_ids(without_jfif(
+         s, _segment(0xEE, b"Adobe\x00\x64\x00\x00\x00\x00")), b"RGB")))),
+    ("png_zlib_fdict", "IMAGE_DECODE", "the IDAT zlib header sets FDICT (a preset dictionary): "
+     "P3's stream is RFC 1950 without one", lambda: one("png", _png_fdict(), mc.Z)),
+    ("npy_shape_rank0", "COUNT_MISMATCH", "counts.npy has shape () (rank 0, one value): it has "
+     "no first dimension, so R-20, not R-18 (NPY_SHAPE)",
+     npy_header("counts.npy", "{'descr': '<i4', 'fortran_order': False, 'shape': (), }",
+                data=lambda data: data[:4])),
 ]
 
 
@@ -665,6 +866,19 @@ INVALID: list[tuple[str, str, str, Callable[[], Dataset]]] = [
 
 def base_root() -> Root:
     return mc.base_root()
+
+
+def _codec_records_root() -> Root:
+    root = mc.build_root([("0", [Sample(pattern(2, 2, 151), "png")])], codec="raw")
+
+    def says_raw(dataset: Dataset) -> None:
+        dataset.header["image"]["codecs"] = {"raw": 1}
+    return inner(0, says_raw)(root)
+
+
+def small_root() -> Root:
+    """One shard of one 1x1 sample: the base of manifest cases that need no second shard."""
+    return mc.build_root([("0", [Sample(pattern(1, 1, 150))])])
 
 
 def manifest(edit: Callable[[dict], object], base: Callable[[], Root] = base_root
@@ -850,6 +1064,15 @@ def case_sharded_version_leading_zero() -> Root:
     return root
 
 
+def case_sharded_empty_schema() -> Root:
+    """A root without shards: the schema is checked for §19.3's types only (1.2.1)."""
+    root = mc.build_root([])
+    root.manifest["schema"].update(
+        classes=[{"name": "a", "source_id": None}, {"name": "a", "source_id": None}],
+        fixed_shape=[0, 0, 4], max_side=0, box_fields=[{"name": "Bad-Name", "dtype": "<f4"}])
+    return root
+
+
 VALID_1_1: dict[str, tuple[Callable[[], Root], str]] = {
     "worked_example_shard": (lambda: mc.build_root([("0", worked_example().samples)],
                                                    [("cat", None), ("dog", 18)], canonical=True),
@@ -863,6 +1086,12 @@ VALID_1_1: dict[str, tuple[Callable[[], Root], str]] = {
                                      "\"01.01\" is 1.1"),
     "schema_fixed_shape_null": (case_schema_fixed_shape_null, "schema fixed_shape null, one shard "
                                 "fixes [5, 7, 3], the other does not"),
+    "sharded_empty_schema": (case_sharded_empty_schema, "no shards, and a schema with class "
+                             "names a, a, fixed_shape [0, 0, 4], max_side 0 and a box field "
+                             "Bad-Name: §5's constraints apply to shard headers only"),
+    "manifest_extensions_ignored": (manifest(lambda m: m.__setitem__(
+        "extensions", {"org.example.note": {"nested": [1, "two", None]}})), "manifest "
+        "extensions hold a member (1.2.1: ignored like the header's, R-9; not \"reserved\")"),
     "schema_codec_zero_entry": (case_schema_codec_zero_entry, "schema codec raw, a shard header's "
                                 "image.codecs also names png with count 0"),
 }
@@ -964,6 +1193,18 @@ INVALID_1_1: list[tuple[str, str, str, Callable[[], Root]]] = [
      root_with(_codecs_edit(0, {}))),
     ("schema_max_side", "SCHEMA_MISMATCH", "shard 1's max_side is 640, the schema's null",
      root_with(_header_edit(1, lambda h: h["image"].update(max_side=640)))),
+    # 1.2.1: choices the text resolved but no case pinned
+    ("manifest_format_absent", "NOT_DETFMT", "the manifest has no format member: S-22 (absent or "
+     "not \"detfmt\"), not a missing key of S-3", manifest(lambda m: m.pop("format"), small_root)),
+    ("manifest_schema_absent", "MANIFEST_SCHEMA", "the manifest has no schema member",
+     manifest(lambda m: m.pop("schema"), small_root)),
+    ("schema_codec_records", "HEADER_SCHEMA", "schema codec raw and the shard header's "
+     "image.codecs {\"raw\": 1} agree (S-8 holds), but the shard's record is png: S-8 compares "
+     "the header, and the records are checked against the header's image.codecs (§12 step 6, "
+     "HEADER_SCHEMA), not against the schema", _codec_records_root),
+    ("manifest_nested_unknown_key", "MANIFEST_SCHEMA", "a shard entry has an unknown member "
+     "zzz: unknown keys are refused in every object of the manifest, not only at its top",
+     manifest(lambda m: m["shards"][0].__setitem__("zzz", 1), small_root)),
 ]
 
 

@@ -12,9 +12,8 @@ so the data starts at a multiple of 64 bytes, exactly as numpy writes it.
 
 from __future__ import annotations
 
-import ast
+import re
 import struct
-import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,10 +22,6 @@ from detfmt.errors import LayoutError
 from detfmt.format import spec
 
 MAGIC = b"\x93NUMPY"
-# CPython 3.11's AST conversion keeps its recursion depth in shared state: two threads parsing
-# at once (loader threads opening shards), with a thread switch inside (a GC callback, a
-# finalizer), fail with "SystemError: AST constructor recursion depth mismatch".
-_PARSE_LOCK = threading.Lock()
 __all__ = ["NpyHeader", "encode_header", "parse_header"]
 
 
@@ -53,6 +48,42 @@ class NpyHeader:
 
 def _fail(rule: str, message: str, path: str) -> LayoutError:
     return LayoutError(message, rule=rule, path=path)
+
+
+# SPEC §6's grammar, exactly (no superset: every id a function of the bytes alone). Whitespace is
+# spaces only; integers are decimal digits (leading zeros allowed); each key takes its own kind of
+# value, so a wrong-typed value ('fortran_order': 'False' or 0, 'shape': '3', list pairs) is
+# NPY_HEADER like any other header outside the grammar.
+_STRING = r"'[^'\\]*'|" + r'"[^"\\]*"'
+_PAIR = rf"\( *(?:{_STRING}) *, *(?:{_STRING}) *\)"
+_VALUE = (rf"{_STRING}|\[ *{_PAIR}(?: *, *{_PAIR})* *(?:, *)?\]"  # descr
+          r"|False|True"  # fortran_order
+          r"|\( *\)|\( *[0-9]+ *, *\)|\( *[0-9]+(?: *, *[0-9]+)+ *(?:, *)?\)")  # shape
+#: the first character of each key's kind of value (``_VALUE`` has matched the rest)
+_KINDS = {"descr": "'\"[", "fortran_order": "FT", "shape": "("}
+_ENTRY = rf"(?P<key{{n}}>{_STRING}) *: *(?P<value{{n}}>{_VALUE})"
+_HEADER = re.compile(" *\\{ *" + " *, *".join(_ENTRY.format(n=n) for n in range(3))
+                     + " *(?:, *)?\\} *\n?")
+
+
+def _parse_dictionary(text: str, path: str) -> tuple[str | list, bool, tuple[int, ...]]:
+    """(descr, fortran_order, shape) of an array header in SPEC §6's grammar, else NPY_HEADER."""
+    match = _HEADER.fullmatch(text)
+    if match is None:
+        raise _fail("NPY_HEADER", "the .npy header is not in SPEC §6's grammar (a dict of "
+                    "descr, fortran_order and shape)", path)
+    fields = {match[f"key{n}"][1:-1]: match[f"value{n}"] for n in range(3)}
+    if set(fields) != set(_KINDS) or not all(
+        value[0] in _KINDS[key] for key, value in fields.items()
+    ):
+        raise _fail("NPY_HEADER", "the .npy header must have exactly descr (a string or a list of "
+                    "pairs), fortran_order (False or True) and shape (a tuple of integers)", path)
+    descr_text = fields["descr"]
+    descr: str | list = (descr_text[1:-1] if descr_text[0] != "[" else [
+        (a[1:-1], b[1:-1]) for a, b in re.findall(rf"\( *({_STRING}) *, *({_STRING}) *\)",
+                                                  descr_text)])
+    shape = tuple(int(dim) for dim in re.findall("[0-9]+", fields["shape"]))
+    return descr, fields["fortran_order"] == "True", shape
 
 
 def parse_header(prefix: bytes, file_size: int, path: str) -> NpyHeader:
@@ -85,23 +116,11 @@ def parse_header(prefix: bytes, file_size: int, path: str) -> NpyHeader:
     encoding = "utf-8" if major == 3 else "latin-1"
     try:
         text = prefix[start : start + length].decode(encoding)
-        # literal_eval only builds literals (no calls): safe on untrusted input of bounded size.
-        with _PARSE_LOCK:
-            fields = ast.literal_eval(text)
-    except (UnicodeDecodeError, ValueError, SyntaxError, MemoryError, RecursionError) as error:
-        raise _fail("NPY_HEADER", f"unparseable .npy header: {error}", path) from error
-    if not isinstance(fields, dict) or set(fields) != {"descr", "fortran_order", "shape"}:
-        raise _fail("NPY_HEADER", "the .npy header must have exactly descr, fortran_order, shape",
-                    path)
-    descr, fortran, shape = fields["descr"], fields["fortran_order"], fields["shape"]
-    if fortran is not False:
+    except UnicodeDecodeError as error:
+        raise _fail("NPY_HEADER", f"undecodable .npy header: {error}", path) from error
+    descr, fortran, shape = _parse_dictionary(text, path)
+    if fortran:
         raise _fail("NPY_ORDER", "Fortran-ordered arrays are not allowed (C order only)", path)
-    if not isinstance(shape, tuple) or not all(
-        type(dim) is int and 0 <= dim < (1 << 62) for dim in shape
-    ):
-        raise _fail("NPY_HEADER", f"invalid .npy shape {shape!r}", path)
-    if not isinstance(descr, (str, list)):
-        raise _fail("NPY_HEADER", f"invalid .npy descr {descr!r}", path)
     header = NpyHeader(descr=descr, shape=shape, data_offset=start + length)
     return header
 

@@ -10,6 +10,9 @@ import numpy as np
 
 FORMAT_NAME = "detfmt"
 FORMAT_VERSION = "1.0"
+#: The revision of SPEC.md this implementation follows (§14: a revision changes no header
+#: version; it pins choices with conformance cases and lists its narrowings).
+SPEC_REVISION = "1.2.1"
 MAJOR_VERSION = 1
 #: The feature of the ragged label layout (SPEC §10.2, format 1.2).
 RAGGED_FEATURE = "ragged_labels"

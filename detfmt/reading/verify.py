@@ -21,6 +21,7 @@ import numpy as np
 
 from detfmt import errors
 from detfmt.format import rules, spec
+from detfmt.format.jpeg_entropy import check_entropy
 from detfmt.format.rules import Violation
 from detfmt.reading.dataset import Dataset
 from detfmt.reading.opener import is_sharded_root
@@ -297,6 +298,8 @@ def _decode_check(dataset: Dataset, i: int, start: int, end: int,
     out = np.empty((int(dataset.heights[i]), int(dataset.widths[i]), 3), np.uint8)
     try:
         _codecs.decode_into(dataset.blob[start:end], codec, out, path=dataset.blob_path, index=i)
+        if codec == spec.CODEC_JPEG:  # §9.3 J4's entropy rules: verification only (step 9)
+            check_entropy(dataset.blob[start:end], path=dataset.blob_path, index=i)
     except errors.FormatError as error:
         violations.append(Violation(error.rule or "IMAGE_DECODE", dataset.blob_path,
                                     error.message, i))

@@ -25,6 +25,7 @@ import xxhash
 
 from detfmt.errors import DecodeError, IntegrityError, InvalidSampleError
 from detfmt.format import codecs, spec
+from detfmt.format.jpeg_entropy import check_entropy
 from detfmt.writing.prepare import Prepared, Rules, check_box_fields, check_labels, encode_file_name
 
 __all__ = ["StoredSample", "prepare_stored"]
@@ -140,6 +141,8 @@ def _check_codec(payload: memoryview, codec: int, height: int, width: int, index
                 raise DecodeError("bytes follow the zstd frame", rule="ZSTD_TRAILING")
         elif codec == spec.CODEC_JPEG:
             codecs.check_jpeg(payload, height, width, path="payload", index=index)
+            # J4 (1.2.1): a source written before it may hold entropy data verification refuses
+            check_entropy(payload, path="payload", index=index)
         else:
             codecs.check_png(payload, height, width, path="payload", index=index)
     except DecodeError as error:

@@ -175,3 +175,19 @@ def test_records_are_streamed_one_payload_at_a_time(tmp_path):
 
     write_stored(records(), tmp_path / "out", classes=CLASSES)
     assert most[0] <= 1
+
+
+def test_a_jpeg_payload_breaking_the_entropy_rules_is_refused(tmp_path):
+    """SPEC 1.2.1 §9.3 J4: a copied JPEG whose coded data has stray bytes before EOI (what a
+    dataset written before 1.2.1 may hold) is refused, not copied into a dataset that fails
+    verification."""
+    detfmt.write(make_samples(1, size=(20, 21)), tmp_path / "src", classes=CLASSES,
+                 codec="jpeg")
+    with detfmt.open(tmp_path / "src") as ds:
+        record = next(_records(ds))
+    payload = bytes(record.payload)
+    record.payload = payload[:-2] + b"\x00\x00" + payload[-2:]
+    record.checksum = None
+    with pytest.raises(InvalidSampleError, match="extraneous") as caught:
+        write_stored([record], tmp_path / "out", classes=CLASSES)
+    assert caught.value.rule == "IMAGE_INVALID"
