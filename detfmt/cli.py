@@ -137,6 +137,28 @@ def _cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _note_slow_jpeg_check(location: str) -> None:
+    """Say before a long wait why it is long: without numba, the JPEG entropy walk of SPEC §9.3
+    J4 runs in Python (docs/reliability.md)."""
+    from detfmt.format.jpeg_entropy_native import sequential_kernel
+    from detfmt.reading.opener import open_dataset
+
+    try:
+        ds = open_dataset(location)
+    except errors.DetfmtError:
+        return  # verify reports it
+    try:
+        jpegs = ds.codec_counts().get("jpeg", 0)
+    except errors.DetfmtError:
+        return
+    finally:
+        ds.close()
+    if jpegs >= 100 and sequential_kernel() is None:
+        print(f"note: {jpegs} JPEG samples: their entropy-coded data is checked in Python "
+              "without numba (about 100x the time of the native walk); pip install "
+              "'detfmt[fast]' for the native one", file=sys.stderr)
+
+
 def _cmd_validate(args: argparse.Namespace) -> int:
     from detfmt.reading.opener import dataset_parts
     from detfmt.reading.verify import verify
@@ -144,6 +166,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     invalid = 0
     for name, location in dataset_parts(args.path).items():
         where = f"{args.path} (split {name})" if name else args.path
+        _note_slow_jpeg_check(location)
         report = verify(location, raise_on_error=False)
         if report.ok:
             print(f"{where}: valid ({report.num_samples} samples, every rule checked)")
