@@ -111,7 +111,7 @@ def make_dirs(path: str) -> None:
     its parent, so a power loss after a later publish cannot take the new parents (and with
     them the published dataset) away."""
     missing = []
-    while not os.path.isdir(path):
+    while path and not os.path.isdir(path):  # "": the working directory, which exists
         missing.append(path)
         parent = os.path.dirname(path)
         if parent == path:
