@@ -4,6 +4,7 @@ label width of a batch (§10.2, batch width)."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -42,3 +43,20 @@ def test_padded_batch_is_as_wide_as_its_largest_count() -> None:
     assert wide.boxes.shape[1] == ds.max_boxes
     with pytest.raises(DetfmtError):
         ds.batch(np.arange(len(ds)), max_boxes=int(counts.max()) - 1)
+
+
+def test_manifest_metadata_over_the_header_limit_is_valid(tmp_path: Path) -> None:
+    """§19.3: a manifest's metadata has no limit of its own (the case
+    manifest_writer_metadata_large pins the member count; a value over 65,536 code points is
+    built here rather than committed). Both readers of the repository accept it."""
+    sys.path.insert(0, str(SUITE.parent / "tools"))
+    import conformance_pins as pins
+
+    from conformance import spec_reader
+    from conformance.dump import canonical_dump
+
+    root = pins.small_root()
+    root.manifest["metadata"] = {"note": "m" * 65537}
+    root.write(tmp_path / "root")
+    for dump in (canonical_dump, spec_reader.dump):
+        assert dump(str(tmp_path / "root"))["manifest"]["metadata"] == root.manifest["metadata"]
