@@ -1412,7 +1412,7 @@ def worked_example_markdown() -> str:
             f"{len(shard)} bytes, S-26 layout). Its first 16 bytes:", "", "```",
             _hexdump(shard[:16]), "```", "",
             f"then the table of contents, {len(toc)} bytes of JSON followed by "
-            f"{length - len(toc)} spaces (T = {length}, so images.bin starts at "
+            f"{length - len(toc)} spaces (TOC_LEN = {length}, so images.bin starts at "
             f"{16 + length}):", "", "```json", toc.decode(), "```", "",
             "| member | offset | size |", "|---|---|---|"]
     out += [f"| `{m['name']}` | {m['offset']} | {m['size']} |" for m in members]
