@@ -105,7 +105,7 @@ def _check_n(n: int) -> int:
         raise UsageError(f"n must be an integer, got {type(n).__name__}")
     n = int(n)
     if not 0 <= n <= MAX_SAMPLES:
-        raise UsageError(f"n must be in [0, 2**48], got {n}")
+        raise UsageError(f"n must be in [0, 2**48], got {n}", rule="ORDER_LIMIT")
     return n
 
 
@@ -331,7 +331,8 @@ def repeat_factor_order(factors: np.ndarray, state: int) -> np.ndarray:
     counts = repeat_counts(factors, state)
     total = int(counts.sum())
     if total > MAX_SAMPLES:
-        raise UsageError(f"repeat factors give {total} samples in an epoch, more than 2**48")
+        raise UsageError(f"repeat factors give {total} samples in an epoch, more than 2**48",
+                         rule="ORDER_LIMIT")
     listed = np.repeat(np.arange(counts.size, dtype=np.int64), counts)
     return listed[permutation_from_key(stream_output(state, 1), total)]
 
@@ -343,13 +344,15 @@ def _check_weights(weights: Sequence[float]) -> list[float]:
     out = []
     for k, w in enumerate(weights):
         if isinstance(w, bool) or not isinstance(w, (int, float, np.integer, np.floating)):
-            raise UsageError(f"weight {k} must be a number, got {w!r}")
+            raise UsageError(f"weight {k} must be a number, got {w!r}", rule="MIXTURE_WEIGHTS")
         w = float(w)
         if not (math.isfinite(w) and w >= 0.0):
-            raise UsageError(f"weight {k} must be finite and >= 0, got {w!r}")
+            raise UsageError(f"weight {k} must be finite and >= 0, got {w!r}",
+                             rule="MIXTURE_WEIGHTS")
         out.append(w)
     if not out or not any(out):
-        raise UsageError("a mixture needs at least one source with a weight > 0")
+        raise UsageError("a mixture needs at least one source with a weight > 0",
+                         rule="MIXTURE_WEIGHTS")
     return out
 
 
@@ -400,7 +403,8 @@ def mixture_epoch_order(quotas: Sequence[int], offsets: Sequence[int], key: int,
         while got < quota:
             one_pass = np.asarray(pass_order(k, stream_output(source_key, j)), dtype=np.int64)
             if not one_pass.size:
-                raise UsageError(f"mixture source {k} is empty but its quota is {quota}")
+                raise UsageError(f"mixture source {k} is empty but its quota is {quota}",
+                                 rule="MIXTURE_WEIGHTS")
             taken.append(one_pass[: quota - got])
             got += len(taken[-1])
             j += 1
@@ -461,7 +465,8 @@ class OrderSpec:
         if state.get("order") not in ORDERS:
             raise UsageError(f"the state was saved with order {state.get('order')!r}, this "
                              f"loader runs {self.order!r}: resume with the same sampling "
-                             "options (repeat_threshold, mixture weights)")
+                             "options (repeat_threshold, mixture weights)",
+                             rule="RESUME_MISMATCH")
         try:
             return replace(self, order=state["order"], shard_window=state["shard_window"],
                            quasi_block=state["quasi_block"], quasi_window=state["quasi_window"])
@@ -500,7 +505,8 @@ def _same(state: Mapping[str, Any], config: Mapping[str, Any]) -> None:
         saved = state.get(name)
         if saved != value:
             raise UsageError(f"the state was saved with {name}={saved!r}, this loader has "
-                             f"{value!r}: resume with the same datasets and sampling options")
+                             f"{value!r}: resume with the same datasets and sampling options",
+                             rule="RESUME_MISMATCH")
 
 
 class RepeatFactorOrder:
@@ -625,7 +631,7 @@ class MixtureOrder:
         for k, (quota, size) in enumerate(zip(self.quotas, sizes, strict=True)):
             if quota and not size:
                 raise UsageError(f"mixture source {k} has no samples but weight "
-                                 f"{self.weights[k]!r}")
+                                 f"{self.weights[k]!r}", rule="MIXTURE_WEIGHTS")
         self.offsets = [0, *np.cumsum(sizes, dtype=np.int64).tolist()[:-1]]
         self._total = total
 
@@ -883,7 +889,7 @@ class Schedule:
         state = _upgrade_state(state, self.spec)
         if state.get("num_samples") != self.num_samples:
             raise UsageError(f"state is for {state.get('num_samples')} samples, the dataset "
-                             f"has {self.num_samples}")
+                             f"has {self.num_samples}", rule="RESUME_MISMATCH")
         spec_ = self.spec.configured(state)
         try:
             seed, epoch = int(state["seed"]), int(state["epoch"])
@@ -907,7 +913,8 @@ def _upgrade_state(state: Mapping[str, Any], spec_: EpochOrder) -> dict[str, Any
     if state.get("kind") == "sharded":  # version 1 of the sharded loader
         return {**state, "order": "random" if state.get("shuffle", True) else "sequential",
                 **quasi}
-    # version 1 of the 1.0 loader: batches_done global batches of global_batch samples (O-7)
+    # version 1 of the 1.0 loader: batches_done global batches of global_batch samples (the O-7
+    # of SPEC 1.2; 1.2.1 states resume as a position)
     n, g = int(state["num_samples"]), int(state["global_batch"])
     done = int(state["batches_done"])
     finished = done >= num_steps(n, 1, g, 0, bool(state.get("drop_last", False)))

@@ -77,7 +77,7 @@ def _suite_bytes(name: str) -> int:
 
 def test_suite_is_small_and_complete() -> None:
     assert _suite_bytes("v1") < 1_000_000
-    assert _suite_bytes("v1_1") < 600_000
+    assert _suite_bytes("v1_1") < 650_000  # 1.2.1: 26 KB for a manifest over the header's limits
     assert _suite_bytes("v1_2") < 200_000
     assert len({case.id for case in CASES}) == len(CASES)
     for case in VALID:

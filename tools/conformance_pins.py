@@ -1073,6 +1073,30 @@ def case_sharded_empty_schema() -> Root:
     return root
 
 
+def case_manifest_writer_metadata_large() -> Root:
+    """The header's limits on writer and metadata (§15) are not the manifest's (1.2.1). The
+    manifest is written compactly to keep the suite small; a value over 65,536 code points is
+    checked by tests/format/test_spec_121_choices.py, not committed."""
+    root = small_root()
+    root.manifest["writer"] = "w" * 300
+    root.manifest["metadata"] = {f"{i:03x}": "" for i in range(1025)}
+    root.manifest_raw = json.dumps(root.manifest, separators=(",", ":")).encode()
+    return root
+
+
+def case_toc_leading_whitespace() -> Root:
+    """The JSON profile's whitespace before the table of contents' value (1.2.1): the 1.1
+    layout's zero gap before the first member absorbs it, so no offset moves."""
+    def edit(data: bytes) -> bytes:
+        length = int.from_bytes(data[12:16], "little")
+        toc = b"\t\r\n " + data[16:16 + length]
+        first = min(member["offset"] for member in mc.pack_toc(data))
+        assert 16 + len(toc) <= first
+        return (data[:12] + len(toc).to_bytes(4, "little") + toc
+                + bytes(first - 16 - len(toc)) + data[first:])
+    return small_root().edit_shard(0, edit)
+
+
 VALID_1_1: dict[str, tuple[Callable[[], Root], str]] = {
     "worked_example_shard": (lambda: mc.build_root([("0", worked_example().samples)],
                                                    [("cat", None), ("dog", 18)], canonical=True),
@@ -1094,6 +1118,13 @@ VALID_1_1: dict[str, tuple[Callable[[], Root], str]] = {
         "extensions hold a member (1.2.1: ignored like the header's, R-9; not \"reserved\")"),
     "schema_codec_zero_entry": (case_schema_codec_zero_entry, "schema codec raw, a shard header's "
                                 "image.codecs also names png with count 0"),
+    "manifest_writer_metadata_large": (case_manifest_writer_metadata_large, "manifest writer of "
+                                       "300 code points, metadata of 1025 members (1.2.1: the "
+                                       "header's limits of §15 do not apply; 64 MiB and the JSON "
+                                       "profile do)"),
+    "toc_leading_whitespace": (case_toc_leading_whitespace, "a table of contents that starts "
+                               "with tab, CR, LF, space before its object (1.2.1: the JSON "
+                               "profile's whitespace before the value; spaces only after it)"),
 }
 
 
@@ -1261,6 +1292,21 @@ def case_sharded_ragged() -> Root:
                           ("1", [mc._boxed(3, 4, 141, 2)])], ragged=[0], canonical=True)
 
 
+def case_sharded_ragged_version_1_1() -> Root:
+    """R-9 for manifests: a feature is read whatever minor the manifest states (1.2.1)."""
+    root = case_sharded_ragged()
+    root.manifest["version"] = "1.1"
+    return root
+
+
+def case_sharded_feature_unused() -> Root:
+    """A manifest may list a feature that no shard's header requires (1.2.1)."""
+    root = base_root()
+    root.manifest["version"] = "1.1"
+    root.manifest["required_features"] = ["sharded", "ragged_labels"]
+    return root
+
+
 VALID_1_2: dict[str, tuple[Callable[[], Dataset | Root], str]] = {
     "ragged": (ragged, "ragged labels: counts 2, 0, 5, 1; box fields |u1, <i4, <f4; image fields"),
     "ragged_empty": (lambda: mc.build([], CLASSES, ragged=True), "ragged labels, N = 0"),
@@ -1272,6 +1318,12 @@ VALID_1_2: dict[str, tuple[Callable[[], Dataset | Root], str]] = {
     "ragged_version_1_0": (case_ragged_version_1_0, "ragged_labels required by a version 1.0 "
                            "header"),
     "sharded_ragged": (case_sharded_ragged, "manifest 1.2: a ragged shard and a padded shard"),
+    "sharded_ragged_version_1_1": (case_sharded_ragged_version_1_1, "manifest \"1.1\" listing "
+                                   "ragged_labels over a ragged and a padded shard (1.2.1: read "
+                                   "like 1.2, R-9 and S-4; not VERSION_UNSUPPORTED)"),
+    "sharded_feature_unused": (case_sharded_feature_unused, "manifest \"1.1\" listing "
+                               "ragged_labels over padded shards only (1.2.1: a listed feature "
+                               "no shard uses is allowed, S-23; not SCHEMA_MISMATCH)"),
 }
 
 INVALID_1_2: list[tuple[str, str, str, Callable[[], Dataset | Root]]] = [
@@ -1279,6 +1331,9 @@ INVALID_1_2: list[tuple[str, str, str, Callable[[], Dataset | Root]]] = [
      both(set_array("counts.npy", (1,), 1), base=ragged_plain)),
     ("order_ragged_records_before_sum", "COUNT_RANGE", "count 1 is -1 (the sum is off too)",
      both(set_array("counts.npy", (1,), -1), base=ragged_plain)),
+    ("order_ragged_record_before_sum", "CODEC_UNKNOWN", "record 3 has codec 7 and count 1 is 1 "
+     "(the sum is off too; 1.2.1: every record precedes the sum, not only the counts)",
+     both(index_edit(3, codec=7), set_array("counts.npy", (1,), 1), base=ragged_plain)),
     ("ragged_count_range", "COUNT_RANGE", "count 2 is 6 with max_boxes 5 (the sum is right)",
      both(set_array("counts.npy", (0,), 1), set_array("counts.npy", (2,), 6),
           base=ragged_plain)),
@@ -1357,7 +1412,7 @@ def worked_example_markdown() -> str:
             f"{len(shard)} bytes, S-26 layout). Its first 16 bytes:", "", "```",
             _hexdump(shard[:16]), "```", "",
             f"then the table of contents, {len(toc)} bytes of JSON followed by "
-            f"{length - len(toc)} spaces (T = {length}, so images.bin starts at "
+            f"{length - len(toc)} spaces (TOC_LEN = {length}, so images.bin starts at "
             f"{16 + length}):", "", "```json", toc.decode(), "```", "",
             "| member | offset | size |", "|---|---|---|"]
     out += [f"| `{m['name']}` | {m['offset']} | {m['size']} |" for m in members]
