@@ -301,21 +301,36 @@ def _decode_jpeg_into(payload, out: np.ndarray, *, path: str, index: int,
     if simplejpeg is None:
         np.copyto(out, _decode_pil(payload, height, width, "JPEG", path=path, index=index))
         return
-    try:
-        got = simplejpeg.decode_jpeg_header(payload)
-        if (got[0], got[1]) != (height, width):
-            raise DecodeError(f"JPEG is {got[0]}x{got[1]}, index says {height}x{width}",
-                              rule="IMAGE_DECODE", path=path, index=index)
-        contiguous = out.flags.c_contiguous
-        target = out if contiguous else np.empty((height, width, 3), np.uint8)
+    with _simplejpeg_errors(path, index):
+        _check_jpeg_size(payload, height, width, path=path, index=index)
+        target = _decode_target(out)
         simplejpeg.decode_jpeg(payload, colorspace="RGB", buffer=target, strict=True)
-        if not contiguous:
+        if target is not out:
             np.copyto(out, target)
+
+
+@contextlib.contextmanager
+def _simplejpeg_errors(path: str, index: int) -> Iterator[None]:
+    """simplejpeg's ValueError/RuntimeError as the format's IMAGE_DECODE."""
+    try:
+        yield
     except DecodeError:
         raise
     except (ValueError, RuntimeError) as error:
         raise DecodeError(f"cannot decode JPEG: {error}", rule="IMAGE_DECODE", path=path,
                           index=index) from error
+
+
+def _check_jpeg_size(payload, height: int, width: int, *, path: str, index: int) -> None:
+    got = simplejpeg.decode_jpeg_header(payload)
+    if (got[0], got[1]) != (height, width):
+        raise DecodeError(f"JPEG is {got[0]}x{got[1]}, index says {height}x{width}",
+                          rule="IMAGE_DECODE", path=path, index=index)
+
+
+def _decode_target(out: np.ndarray) -> np.ndarray:
+    """``out`` itself where a decoder can write it (C-contiguous), else a temporary to copy."""
+    return out if out.flags.c_contiguous else np.empty((*out.shape[:2], 3), np.uint8)
 
 
 def _decode_jpeg_scaled(payload, out: np.ndarray, scaled: tuple[int, int, int], *, path: str,
@@ -327,26 +342,17 @@ def _decode_jpeg_scaled(payload, out: np.ndarray, scaled: tuple[int, int, int], 
     if simplejpeg is None:
         raise DecodeError("a scaled JPEG decode needs simplejpeg (pip install simplejpeg)",
                           rule="IMAGE_DECODE", path=path, index=index)
-    try:
-        got = simplejpeg.decode_jpeg_header(payload)
-        if (got[0], got[1]) != (stored_h, stored_w):
-            raise DecodeError(f"JPEG is {got[0]}x{got[1]}, index says {stored_h}x{stored_w}",
-                              rule="IMAGE_DECODE", path=path, index=index)
-        contiguous = out.flags.c_contiguous
-        target = out if contiguous else np.empty((height, width, 3), np.uint8)
+    with _simplejpeg_errors(path, index):
+        _check_jpeg_size(payload, stored_h, stored_w, path=path, index=index)
+        target = _decode_target(out)
         image = simplejpeg.decode_jpeg(payload, colorspace="RGB", buffer=target, strict=True,
                                        min_height=height, min_width=width, min_factor=scale)
         if image.shape[:2] != (height, width):
             raise DecodeError(f"the JPEG decoded at 1/{scale} is {image.shape[0]}x"
                               f"{image.shape[1]}, expected {height}x{width}",
                               rule="IMAGE_DECODE", path=path, index=index)
-        if not contiguous:
+        if target is not out:
             np.copyto(out, target)
-    except DecodeError:
-        raise
-    except (ValueError, RuntimeError) as error:
-        raise DecodeError(f"cannot decode JPEG: {error}", rule="IMAGE_DECODE", path=path,
-                          index=index) from error
 
 
 def _decode_pil(payload, height: int, width: int, kind: str, *, path: str, index: int
