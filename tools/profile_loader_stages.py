@@ -40,6 +40,8 @@ STAGES = [
     ("Mosaic.apply_deferred", "detfmt.augment.mosaic", "Mosaic.apply_deferred"),
     ("Mosaic ring-buffer push", "detfmt.augment.mosaic", "_RingBuffer.push"),
     ("gather (Gather.fill)", "detfmt.reading.gather", "Gather.fill"),
+    ("JPEG/PNG/zstd decode (Gather._decode)", "detfmt.reading.gather", "Gather._decode"),
+    ("decoder call (codecs.decode_into)", "detfmt.format.codecs", "decode_into"),
     ("to_batch_dict", "detfmt.integrations.ultralytics", "DetfmtYoloLoader.to_batch_dict"),
 ]
 CV2_CALLS = ("warpAffine", "warpPerspective", "cvtColor", "copyTo", "split", "mixChannels")
@@ -86,7 +88,8 @@ def instrument() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, required=True, help="raw detfmt dataset")
+    parser.add_argument("--data", type=Path, required=True,
+                        help="detfmt dataset (raw, or JPEG-stored: the decode rows)")
     parser.add_argument("--imgsz", type=int, default=640)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--threads", type=int, default=1)
