@@ -434,7 +434,8 @@ def report_memory(result: dict[str, Any]) -> str:
 def recorded(args: argparse.Namespace) -> dict[str, Any]:
     """The arguments a record states: the data relative to the repository, no work directory
     (where things go, not what was measured)."""
-    return {**{k: v for k, v in vars(args).items() if k != "work"}, "data": shown(args.data)}
+    return {**{k: v for k, v in vars(args).items() if k not in ("work", "out")},
+            "data": shown(args.data)}
 
 
 def main() -> None:
