@@ -1,26 +1,39 @@
 """YOLOv8n training fed by Ultralytics' own pipeline and by detfmt, same model, loss, optimizer.
 
 Both sides run Ultralytics' default detection augmentation (mosaic, affine, flip, HSV): the
-Ultralytics side through its own ``YOLODataset`` + ``InfiniteDataLoader`` (``workers`` worker
-processes), the detfmt side through ``DetfmtYoloLoader`` (``detfmt.torch.Loader`` threads
-running the ``yolo_train`` preset in the loader, ``Loader(transform=)``). Per configuration
-(pipeline x data threads) and round, interleaved:
+Ultralytics side through its own ``YOLODataset`` + ``InfiniteDataLoader``, the detfmt side
+through ``DetfmtYoloLoader`` (``detfmt.torch.Loader`` threads running the ``yolo_train``
+preset in the loader, ``Loader(transform=)``). The pipelines, each measured once per round,
+the order rotated every round:
+
+- Ultralytics per ``--ultralytics-workers`` value: ``0`` runs its pipeline in this process
+  (once per ``--in-process-torch-threads`` value: its tensor work runs on torch's intra-op
+  threads, whose OpenMP spin-waits count as CPU on a busy machine), ``1`` in one worker
+  process (which torch runs with one intra-op thread);
+- detfmt per ``--codec`` (a raw-stored and a JPEG-stored copy, long side imgsz) and
+  ``--threads`` (the loader's threads).
+
+Per pipeline and round:
 
 - data only: ``--data-batches`` batches through the pipeline alone; CPU seconds of the whole
-  process tree (workers included) per augmented image, and images/s;
-- training: ``--iters`` steps of YOLOv8n (``v8DetectionLoss``, SGD) from the same initial
-  weights; per step the time spent waiting for the batch, the data-wait share of the step and
-  images/s.
+  process tree (workers included) per augmented image, images/s, the 1-minute load average
+  before and after;
+- training (``--iters`` > 0): that many steps of YOLOv8n (``v8DetectionLoss``, SGD) from the
+  same initial weights; per step the time spent waiting for the batch, the data-wait share
+  of the step and images/s.
+
+Ratios are detfmt / Ultralytics of the same round, for every pair.
 
 ``--memory`` instead measures two ranks on one machine reading one epoch each: the summed RSS
 and PSS (proportional set size: shared pages divided among the processes that map them) of
 detfmt's memory-mapped dataset (one page-cache copy) against Ultralytics' ``cache="ram"`` (one
 copy per rank).
 
-    python tools/bench_train.py --data ../shared/data/coco128-yolo --out docs/bench
+    python tools/bench_train.py --imgsz 640 --iters 0 --rounds 11 --codec raw jpeg \
+        --name train_data_640
 
 Run it in the integrations environment (tools/test_integrations.sh builds it). Writes
-``train.md`` and ``train.json`` (or ``train_memory.*``) to ``--out``.
+``<name>.md`` and ``<name>.json`` (or ``train_memory.*``) to ``--out``.
 """
 
 from __future__ import annotations
@@ -43,7 +56,7 @@ from typing import Any
 
 import psutil
 import torch
-from benchpaths import SHARED_DATA, shown
+from benchpaths import SHARED_DATA, command_line, shown
 
 HYP_KEYS = ("mosaic", "mixup", "degrees", "translate", "scale", "shear", "perspective",
             "flipud", "fliplr", "hsv_h", "hsv_s", "hsv_v")
@@ -52,9 +65,12 @@ HYP_KEYS = ("mosaic", "mixup", "degrees", "translate", "scale", "shear", "perspe
 # ---------------------------------------------------------------------------- data set-up
 
 
-def prepare(source: Path, work: Path, imgsz: int) -> tuple[Path, Path, list[str]]:
+def prepare(source: Path, work: Path, imgsz: int,
+            codecs: tuple[str, ...] = ("raw",)) -> tuple[Path, dict[str, Path], list[str]]:
     """A writable copy of the YOLO dataset (Ultralytics writes a labels cache) and its detfmt
-    conversion (raw pixels, long side imgsz: the bytes Ultralytics' RAM cache holds)."""
+    conversions, long side imgsz, one per codec: ``raw`` (the pixels Ultralytics' RAM cache
+    holds) and ``jpeg`` (re-encoded at the writer's default quality, how ``auto`` stores a
+    dataset whose raw size does not fit half the RAM)."""
     import yaml
 
     from detfmt.convert import from_yolo
@@ -71,11 +87,14 @@ def prepare(source: Path, work: Path, imgsz: int) -> tuple[Path, Path, list[str]
     data_yaml = yolo / "data.yaml"
     data_yaml.write_text(yaml.safe_dump({"path": str(yolo), "train": "images/train2017",
                                          "val": "images/train2017", "names": names}))
-    dst = work / f"detfmt-{imgsz}"
-    if not dst.exists():
-        from_yolo(yolo / "images" / "train2017", yolo / "labels" / "train2017", dst,
-                  names=names, max_side=imgsz, codec="raw")
-    return data_yaml, dst, names
+    paths = {}
+    for codec in codecs:
+        dst = work / (f"detfmt-{imgsz}" if codec == "raw" else f"detfmt-{imgsz}-{codec}")
+        if not dst.exists():
+            from_yolo(yolo / "images" / "train2017", yolo / "labels" / "train2017", dst,
+                      names=names, max_side=imgsz, codec=codec)
+        paths[codec] = dst
+    return data_yaml, paths, names
 
 
 def cfg_for(imgsz: int, workers: int) -> Any:
@@ -181,38 +200,87 @@ def load() -> str:
     return "{:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
 
 
+def configs(args: argparse.Namespace) -> list[tuple[str, str, Any]]:
+    """The measured pipelines: (key, side, parameter). Ultralytics' pipeline does not depend
+    on detfmt's thread count: each ``workers`` value is measured once per round, and every
+    detfmt (codec, threads) row of that round is divided by it. In-process (``workers=0``) it
+    is measured once per ``--in-process-torch-threads`` value: its tensor work then runs on
+    torch's intra-op threads, whose OpenMP spin-waits show as CPU on a busy machine (worker
+    processes run with one)."""
+    ult = []
+    for w in args.ultralytics_workers:
+        if w == 0:
+            ult += [(f"ultralytics/w0/tt{n}", "ultralytics", (0, n))
+                    for n in args.in_process_torch_threads]
+        else:
+            ult.append((f"ultralytics/w{w}", "ultralytics", (w, None)))
+    det = [(f"detfmt/{c}/t{t}", "detfmt", (c, t)) for c in args.codec for t in args.threads]
+    return ult + det
+
+
 def speed(args: argparse.Namespace) -> dict[str, Any]:
     work = Path(args.work)
-    data_yaml, dpath, names = prepare(Path(args.data), work, args.imgsz)
+    data_yaml, dpaths, names = prepare(Path(args.data), work, args.imgsz, tuple(args.codec))
     model = build_model(len(names), args.imgsz)
+    todo = configs(args)
+
+    def make(side: str, param: Any) -> Any:
+        if side == "ultralytics":
+            return ultralytics_loader(data_yaml, args.imgsz, args.batch, param[0])
+        codec, threads = param
+        return detfmt_loader(dpaths[codec], args.imgsz, args.batch, threads)
+
+    def measure(side: str, param: Any, window: int) -> dict[str, float]:
+        torch_threads = param[1] if side == "ultralytics" and param[1] else default_threads
+        torch.set_num_threads(torch_threads)
+        try:
+            return data_only(make(side, param), window)
+        finally:
+            torch.set_num_threads(default_threads)
+
+    default_threads = torch.get_num_threads()
+    for _, side, param in todo:  # numba caches, OpenCV and torch warm before round 0
+        measure(side, param, args.warm_batches)
     rows = []
     for r in range(args.rounds):
-        for threads in args.threads:
-            order = ["ultralytics", "detfmt"] if r % 2 == 0 else ["detfmt", "ultralytics"]
-            result = {"round": r, "threads": threads, "load_before": load()}
-            for side in order:
-
-                def make(side: str = side, threads: int = threads) -> Any:
-                    if side == "ultralytics":
-                        return ultralytics_loader(data_yaml, args.imgsz, args.batch, threads)
-                    return detfmt_loader(dpath, args.imgsz, args.batch, threads)
-
-                result[side] = {"data": data_only(make(), args.data_batches)}
-                if args.iters:
-                    result[side]["train"] = train(make(), model, args.iters, args.warmup)
-            result["load_after"] = load()
-            u, d = result["ultralytics"], result["detfmt"]
-            result["ratio"] = {
-                "data_images_per_s": d["data"]["images_per_s"] / u["data"]["images_per_s"],
-                "cpu_per_image": d["data"]["cpu_s_per_image"] / u["data"]["cpu_s_per_image"],
-            }
+        # rotate the order each round, reversed every other: no pipeline is always first or
+        # always after the same one
+        k = r % len(todo)
+        order = todo[k:] + todo[:k]
+        if r % 2:
+            order = order[::-1]
+        result: dict[str, Any] = {"round": r, "order": [key for key, _, _ in order],
+                                  "load_before": load()}
+        for key, side, param in order:
+            load0 = os.getloadavg()[0]
+            result[key] = {"data": measure(side, param, args.data_batches)}
+            result[key]["load1"] = [load0, os.getloadavg()[0]]
             if args.iters:
-                result["ratio"]["train_images_per_s"] = (
-                    d["train"]["images_per_s"] / u["train"]["images_per_s"]
-                )
-            rows.append(result)
-            print(json.dumps(result), flush=True)
-    return {"args": recorded(args), "rows": rows}
+                result[key]["train"] = train(make(side, param), model, args.iters, args.warmup)
+        result["load_after"] = load()
+        ratios: dict[str, dict[str, float]] = {}
+        for dkey, dside, _ in todo:
+            if dside != "detfmt":
+                continue
+            d = result[dkey]
+            for ukey, uside, _ in todo:
+                if uside != "ultralytics":
+                    continue
+                u = result[ukey]
+                ratio = {
+                    "data_images_per_s": d["data"]["images_per_s"] / u["data"]["images_per_s"],
+                    "cpu_per_image": d["data"]["cpu_s_per_image"] / u["data"]["cpu_s_per_image"],
+                }
+                if args.iters:
+                    ratio["train_images_per_s"] = (
+                        d["train"]["images_per_s"] / u["train"]["images_per_s"]
+                    )
+                ratios[f"{dkey} / {ukey}"] = ratio
+        result["ratio"] = ratios
+        rows.append(result)
+        print(json.dumps(result), flush=True)
+    return {"args": recorded(args), "rows": rows, "command": command_line(),
+            "torch_threads": torch.get_num_threads()}
 
 
 # ---------------------------------------------------------------------------- two ranks
@@ -248,7 +316,8 @@ def _rank(side: str, rank: int, args: dict[str, Any], barrier: Any, out: Any) ->
 
 def memory(args: argparse.Namespace) -> dict[str, Any]:
     work = Path(args.work)
-    data_yaml, dpath, _ = prepare(Path(args.data), work, args.memory_imgsz)
+    data_yaml, dpaths, _ = prepare(Path(args.data), work, args.memory_imgsz)
+    dpath = dpaths["raw"]
     shared = {"data_yaml": str(data_yaml), "detfmt": str(dpath), "imgsz": args.memory_imgsz,
               "batch": args.batch}
     ctx = mp.get_context("spawn")
@@ -280,51 +349,64 @@ def _mmm(values: list[float], fmt: str = "{:.2f}") -> str:
                                               max(values)))
 
 
+def describe(key: str) -> str:
+    """A configuration key as the report's row states it."""
+    parts = key.split("/")
+    if parts[0] == "ultralytics":
+        workers = int(parts[1][1:])
+        if workers == 0:
+            return f"Ultralytics, `workers=0` (in-process, torch threads {parts[2][2:]})"
+        return f"Ultralytics, `workers={workers}` (worker process{'es' if workers > 1 else ''})"
+    threads = int(parts[2][1:])
+    return f"detfmt, {parts[1]}-stored, {threads} thread{'s' if threads > 1 else ''}"
+
+
 def report_speed(result: dict[str, Any]) -> str:
     a = result["args"]
-    lines = [
-        "# Training benchmark: YOLOv8n fed by Ultralytics' pipeline and by detfmt",
-        "",
-        f"`python tools/bench_train.py --data {a['data']} --imgsz {a['imgsz']} --batch "
-        f"{a['batch']} --iters {a['iters']} --data-batches {a['data_batches']} --rounds "
-        f"{a['rounds']}` on this machine's CPU "
-        f"(torch {torch.__version__}, {os.cpu_count()} cores, shared). Same YOLOv8n, "
-        "`v8DetectionLoss`, SGD and initial weights for both; Ultralytics' default "
-        "augmentation on both sides (mosaic, affine, flip, HSV). Min / median / max over "
-        "the interleaved rounds; ratios are detfmt / Ultralytics per round.",
-        "",
-        "| data threads | side | data-only img/s | data CPU s / image | train img/s | "
-        "data-wait share of the step |",
-        "|---:|---|---:|---:|---:|---:|",
-    ]
+    rows = result["rows"]
+    keys = [k for k in rows[0]["order"]]
+    keys = sorted(keys, key=lambda k: (not k.startswith("ultralytics"), k))
     trained = bool(a["iters"])
-    for threads in a["threads"]:
-        rows = [r for r in result["rows"] if r["threads"] == threads]
-        for side in ("ultralytics", "detfmt"):
-            speed_text = _mmm([r[side]["data"]["images_per_s"] for r in rows], "{:.1f}")
-            train_text = wait_text = "-"
-            if trained:
-                train_text = _mmm([r[side]["train"]["images_per_s"] for r in rows])
-                wait_text = _mmm([100 * r[side]["train"]["wait_share"] for r in rows], "{:.1f}%")
-            lines.append(
-                f"| {threads} | {side} | {speed_text} | "
-                f"{_mmm([r[side]['data']['cpu_s_per_image'] for r in rows], '{:.4f}')} | "
-                f"{train_text} | {wait_text} |"
-            )
-    lines += ["", "| data threads | detfmt / Ultralytics: data img/s | data CPU per image | "
-              "train img/s |", "|---:|---:|---:|---:|"]
-    for threads in a["threads"]:
-        rows = [r for r in result["rows"] if r["threads"] == threads]
-        train_ratio = (
-            _mmm([r["ratio"]["train_images_per_s"] for r in rows]) if trained else "-"
-        )
+    lines = [
+        "# Training data: Ultralytics' pipeline and detfmt's `yolo_train`",
+        "",
+        f"`{result.get('command', 'python tools/bench_train.py')}` on this machine's CPU "
+        f"(torch {torch.__version__}, {os.cpu_count()} cores, shared; torch intra-op threads "
+        f"in the main process: {result.get('torch_threads', '?')}), {a['imgsz']} px, batch "
+        f"{a['batch']}, {a['data_batches']} batches per pipeline and round, {a['rounds']} "
+        "rounds, the pipelines interleaved (order rotated each round). Ultralytics' default "
+        "augmentation on both sides (mosaic, affine, flip, HSV). Data CPU: user + system "
+        "seconds of the whole process tree (worker processes included) per augmented image. "
+        "Min / median / max over the rounds; ratios are taken per round (detfmt / Ultralytics "
+        "of the same round).",
+        "",
+        "| pipeline | data-only img/s | data CPU ms / image | load (1 min) during | "
+        "train img/s | data-wait share of the step |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for key in keys:
+        train_text = wait_text = "-"
+        if trained:
+            train_text = _mmm([r[key]["train"]["images_per_s"] for r in rows])
+            wait_text = _mmm([100 * r[key]["train"]["wait_share"] for r in rows], "{:.1f}%")
+        loads = [x for r in rows for x in r[key]["load1"]]
         lines.append(
-            f"| {threads} | {_mmm([r['ratio']['data_images_per_s'] for r in rows])} | "
-            f"{_mmm([r['ratio']['cpu_per_image'] for r in rows])} | {train_ratio} |"
+            f"| {describe(key)} | {_mmm([r[key]['data']['images_per_s'] for r in rows], '{:.1f}')}"
+            f" | {_mmm([1000 * r[key]['data']['cpu_s_per_image'] for r in rows], '{:.1f}')} | "
+            f"{min(loads):.1f}-{max(loads):.1f} | {train_text} | {wait_text} |"
         )
-    loads = [r["load_before"] for r in result["rows"]] + [r["load_after"] for r in result["rows"]]
-    lines += ["", f"Load average (1/5/15 min) around the rounds: {loads[0]} .. {loads[-1]}.",
-              "", "GPU rows: not measured (no GPU was lent to this task).", ""]
+    lines += ["", "| detfmt | against | data CPU per image | data img/s | train img/s |",
+              "|---|---|---:|---:|---:|"]
+    for name in rows[0]["ratio"]:
+        dkey, ukey = name.split(" / ")
+        got = [r["ratio"][name] for r in rows]
+        train_ratio = _mmm([g["train_images_per_s"] for g in got]) if trained else "-"
+        lines.append(f"| {describe(dkey)} | {describe(ukey)} | "
+                     f"{_mmm([g['cpu_per_image'] for g in got])} | "
+                     f"{_mmm([g['data_images_per_s'] for g in got])} | {train_ratio} |")
+    loads = [r["load_before"] for r in rows] + [r["load_after"] for r in rows]
+    lines += ["", f"Load average (1/5/15 min) at the start and end: {loads[0]} .. {loads[-1]}.",
+              ""]
     return "\n".join(lines)
 
 
@@ -352,7 +434,8 @@ def report_memory(result: dict[str, Any]) -> str:
 def recorded(args: argparse.Namespace) -> dict[str, Any]:
     """The arguments a record states: the data relative to the repository, no work directory
     (where things go, not what was measured)."""
-    return {**{k: v for k, v in vars(args).items() if k != "work"}, "data": shown(args.data)}
+    return {**{k: v for k, v in vars(args).items() if k not in ("work", "out")},
+            "data": shown(args.data)}
 
 
 def main() -> None:
@@ -368,7 +451,21 @@ def main() -> None:
     # 64 batches of 8 are ~3 s of detfmt's data work: shorter windows let this shared
     # machine's noise swamp the ratio (16 gave rounds from 0.27 to 0.42)
     parser.add_argument("--data-batches", type=int, default=64)
-    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2],
+                        help="detfmt's loader threads")
+    parser.add_argument("--codec", nargs="+", choices=["raw", "jpeg"], default=["raw"],
+                        help="how the detfmt copies store the images (one copy each)")
+    parser.add_argument("--ultralytics-workers", type=int, nargs="+", default=[0, 1],
+                        help="Ultralytics' DataLoader workers: 0 runs its pipeline in this "
+                        "process, 1 in one worker process (its CPU is counted too)")
+    parser.add_argument("--torch-threads", type=int, default=None,
+                        help="torch.set_num_threads in this process (default: torch's own)")
+    parser.add_argument("--in-process-torch-threads", type=int, nargs="+",
+                        default=[1, torch.get_num_threads()],
+                        help="torch intra-op threads while Ultralytics' in-process "
+                        "(workers=0) pipeline runs, one row each (default: 1 and torch's own)")
+    parser.add_argument("--warm-batches", type=int, default=4,
+                        help="batches per pipeline before round 0 (compiles, caches)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--name", default=None, help="output file stem (default: train, or "
                         "train_data_<imgsz> with --iters 0, the data-only measurement)")
@@ -376,6 +473,8 @@ def main() -> None:
     parser.add_argument("--memory-imgsz", type=int, default=640)
     parser.add_argument("--memory-rounds", type=int, default=3)
     args = parser.parse_args()
+    if args.torch_threads:
+        torch.set_num_threads(args.torch_threads)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,

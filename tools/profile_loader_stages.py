@@ -1,16 +1,17 @@
 """Thread CPU per stage of `bench_train.py`'s detfmt loader: where the data CPU goes.
 
 Runs `DetfmtYoloLoader` (the `yolo_train` preset inside the `Loader`'s threads, Ultralytics'
-batch dict) over a raw detfmt dataset and adds up ``time.thread_time()`` around each stage
-below, in whichever thread runs it; prints milliseconds per batch and the process CPU per
-batch over the same window. Stages are inclusive (a stage's time includes the stages it
-calls); ``cv2.*`` rows are the OpenCV calls themselves. Instrumentation adds a little to
-every call, so compare rows of one run, not runs of different code.
+batch dict) over a detfmt dataset (raw, or JPEG-stored: then the decode rows count) and adds
+up ``time.thread_time()`` around each stage below, in whichever thread runs it; prints
+milliseconds per batch and the process CPU per batch over the same window. Stages are
+inclusive (a stage's time includes the stages it calls); ``cv2.*`` rows are the OpenCV calls
+themselves. Instrumentation adds a little to every call, so compare rows of one run, not runs
+of different code.
 
     python tools/profile_loader_stages.py --data DATASET --threads 1
 
 Run it in the integrations environment (the batch dict imports Ultralytics); `bench_train.py`
-writes the dataset (``--work``/detfmt-<imgsz>).
+writes the datasets (``--work``/detfmt-<imgsz>, and detfmt-<imgsz>-jpeg with ``--codec jpeg``).
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ STAGES = [
     ("Mosaic.apply_deferred", "detfmt.augment.mosaic", "Mosaic.apply_deferred"),
     ("Mosaic ring-buffer push", "detfmt.augment.mosaic", "_RingBuffer.push"),
     ("gather (Gather.fill)", "detfmt.reading.gather", "Gather.fill"),
+    ("JPEG/PNG/zstd decode (Gather._decode)", "detfmt.reading.gather", "Gather._decode"),
+    ("decoder call (codecs.decode_into)", "detfmt.format.codecs", "decode_into"),
     ("to_batch_dict", "detfmt.integrations.ultralytics", "DetfmtYoloLoader.to_batch_dict"),
 ]
 CV2_CALLS = ("warpAffine", "warpPerspective", "cvtColor", "copyTo", "split", "mixChannels")
@@ -86,7 +89,8 @@ def instrument() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, required=True, help="raw detfmt dataset")
+    parser.add_argument("--data", type=Path, required=True,
+                        help="detfmt dataset (raw, or JPEG-stored: the decode rows)")
     parser.add_argument("--imgsz", type=int, default=640)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--threads", type=int, default=1)
