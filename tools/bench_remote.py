@@ -408,15 +408,15 @@ def run(args: argparse.Namespace) -> dict:
         shutil.rmtree(warmup)
         for r in range(args.rounds):
             loads.append(load())
-            steps = ["link", "cold2", "cold0", "partial", "ttfb", *peer_bytes]
+            steps = ["link", "cold2", "cold0", "cold4", "partial", "ttfb", *peer_bytes]
             for step in steps if r % 2 == 0 else steps[::-1]:
                 cache = tempfile.mkdtemp(prefix="cache-", dir=work)
                 os.chmod(cache, 0o700)
                 before = store.sent()
                 if step == "link":
                     add("link_s", link_seconds(store, root))
-                elif step in ("cold2", "cold0"):
-                    pf = 2 if step == "cold2" else 0
+                elif step in ("cold2", "cold0", "cold4"):
+                    pf = int(step[-1])
                     cold, ds = epoch(url, cache, epoch_no=0, prefetch=pf)
                     add(f"{step}_s", cold)
                     add(f"{step}_fetched", (store.sent() - before) / total)
@@ -469,6 +469,8 @@ def run(args: argparse.Namespace) -> dict:
                                           zip(rows["cold2_s"], link_bps, strict=True)],
         "first_epoch_vs_link_prefetch0": [total / c / b for c, b in
                                           zip(rows["cold0_s"], link_bps, strict=True)],
+        "first_epoch_vs_link_prefetch4": [total / c / b for c, b in
+                                          zip(rows["cold4_s"], link_bps, strict=True)],
         "first_epoch_fetched_over_shard_bytes": rows["cold2_fetched"] + rows["cold0_fetched"],
         "second_epoch_vs_local": [w and lo / w for w, lo in
                                   zip(rows["warm_s"], rows["local_s"], strict=True)],
@@ -523,6 +525,8 @@ def table(res: dict) -> str:
         f"{mmm(res['first_epoch_vs_link_prefetch2'])} |",
         f"| first epoch, `prefetch_shards=0` (no download ahead) vs the link's | "
         f"{mmm(res['first_epoch_vs_link_prefetch0'])} |",
+        f"| first epoch, `prefetch_shards=4` (a whole `shard_window` ahead) vs the link's | "
+        f"{mmm(res['first_epoch_vs_link_prefetch4'])} |",
         f"| first epoch: bytes fetched / shard bytes | "
         f"{mmm(res['first_epoch_fetched_over_shard_bytes'], '{:.3f}')} |",
         f"| second epoch (cached) vs the local sharded root, images/s | "
