@@ -363,29 +363,38 @@ def _check_size(path: str, expected: int) -> None:
 
 class ShardWorkingSet:
     """Which shards a sequence of batches needs at each step: the ones in use, and the next
-    ``ahead`` shards by first use (to prefetch)."""
+    ``ahead`` shards by first use (to prefetch).
+
+    Built with a few whole-array operations, not a loop per batch: a remote epoch waits for it
+    before its first batch, and a 1M-sample epoch has some 30,000 batches."""
 
     def __init__(self, batches: Sequence[np.ndarray], starts: np.ndarray, ahead: int = 2) -> None:
         steps = len(batches)
         num_shards = len(starts)
+        parts = [np.asarray(b, np.int64).ravel() for b in batches]
+        flat = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        step = np.repeat(np.arange(steps, dtype=np.int64), [len(p) for p in parts])
+        ks = np.searchsorted(starts, flat, side="right") - 1
         self.first = np.full(num_shards, steps, np.int64)
         self.last = np.full(num_shards, -1, np.int64)
-        for t, b in enumerate(batches):
-            ks = np.unique(np.searchsorted(starts, np.asarray(b, np.int64), side="right") - 1)
-            self.first[ks] = np.minimum(self.first[ks], t)
-            self.last[ks] = t
-        self.by_first = [int(k) for k in np.argsort(self.first, kind="stable") if self.last[k] >= 0]
+        np.minimum.at(self.first, ks, step)
+        np.maximum.at(self.last, ks, step)
+        order = np.argsort(self.first, kind="stable")
+        self._order = order[self.last[order] >= 0]
+        self._first_sorted = self.first[self._order]  # nondecreasing
+        self.by_first = [int(k) for k in self._order]
         self.rank_of = {k: r for r, k in enumerate(self.by_first)}
         self.ahead = int(ahead)
 
     def wanted(self, lo: int, hi: int | None = None) -> list[int]:
         """Shards used by any step in [lo, hi], then the next ``ahead`` ones not started by hi."""
         hi = lo if hi is None else hi
-        first, last = self.first, self.last
-        active = [k for k in self.by_first if first[k] <= hi and last[k] >= lo]
-        top = max((self.rank_of[k] for k in active), default=-1)
+        started = int(np.searchsorted(self._first_sorted, hi, side="right"))
+        ranks = np.flatnonzero(self.last[self._order[:started]] >= lo)  # by rank of first use
+        active = [self.by_first[r] for r in ranks]
+        top = int(ranks[-1]) if len(ranks) else -1
         nxt = self.by_first[top + 1 : top + 1 + self.ahead]
-        return active + [k for k in nxt if first[k] > hi]
+        return active + [k for k in nxt if self.first[k] > hi]
 
 
 class ShardFollower:
