@@ -74,7 +74,7 @@ import time
 import torch
 
 from detfmt import augment
-from detfmt.torch import Loader
+from detfmt.torch import Delivery, Loader
 
 path, picture = sys.argv[1], sys.argv[2]
 generator = torch.Generator().manual_seed(0)
@@ -84,7 +84,7 @@ pipeline = augment.Compose([
     augment.RandomFlip(p=0.5, generator=generator),
     augment.RandomHSV(h=0.015, s=0.7, v=0.4, generator=generator),
 ])
-loader = Loader(path, batch_size=4, shuffle=True, seed=0, num_threads=2)
+loader = Loader(path, batch_size=4, shuffle=True, seed=0, delivery=Delivery(num_threads=2))
 names = loader.ds.class_names
 
 
