@@ -109,6 +109,30 @@ def temp_leftovers(parent: str | os.PathLike[str]) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 
 
+def progressive_jpeg(extra_scans: int, side: int = 64, *, subsampling: int = -1) -> bytes:
+    """A valid progressive JPEG of ``side`` x ``side`` random pixels with its smallest scan
+    repeated ``extra_scans`` times (what a decoder processes scan by scan: a few hundred bytes
+    each, a pass over the image each). ``subsampling`` is Pillow's (-1: its default)."""
+    from PIL import Image
+
+    pixels = np.random.default_rng(1).integers(0, 256, (side, side, 3), dtype=np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="JPEG", progressive=True, quality=90,
+                                 subsampling=subsampling)
+    data = buffer.getvalue()
+    scans, position = [], 2
+    while data[position + 1] != 0xD9:
+        marker = data[position + 1]
+        end = position + 2 + int.from_bytes(data[position + 2 : position + 4], "big")
+        if marker == 0xDA:
+            while data[end] != 0xFF or data[end + 1] == 0 or 0xD0 <= data[end + 1] <= 0xD7:
+                end += 1
+            scans.append((position, end))
+        position = end
+    start, end = min(scans, key=lambda s: s[1] - s[0])
+    return data[:position] + data[start:end] * extra_scans + data[position:]
+
+
 def bitflip(data: bytes, pos: int, bit: int = 0) -> bytes:
     if not data:
         return data

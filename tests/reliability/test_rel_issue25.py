@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import errno
-import io
 import json
 import os
 import resource
@@ -34,31 +33,11 @@ from PIL import Image
 # ------------------------------------------------------------- 6: stored progressive JPEGs
 
 
-def _progressive_jpeg(extra_scans: int, side: int = 64) -> bytes:
-    """A progressive JPEG with its smallest scan repeated ``extra_scans`` times."""
-    pixels = np.random.default_rng(1).integers(0, 256, (side, side, 3), dtype=np.uint8)
-    buffer = io.BytesIO()
-    Image.fromarray(pixels).save(buffer, format="JPEG", progressive=True, quality=90,
-                                 subsampling=0)
-    data = buffer.getvalue()
-    scans, position = [], 2
-    while data[position + 1] != 0xD9:
-        marker = data[position + 1]
-        end = position + 2 + int.from_bytes(data[position + 2 : position + 4], "big")
-        if marker == 0xDA:
-            while data[end] != 0xFF or data[end + 1] == 0 or 0xD0 <= data[end + 1] <= 0xD7:
-                end += 1
-            scans.append((position, end))
-        position = end
-    start, end = min(scans, key=lambda s: s[1] - s[0])
-    return data[:position] + data[start:end] * extra_scans + data[position:]
-
-
 @pytest.fixture
 def many_scans(dataset: Any) -> Path:
     """A jpeg dataset whose sample 0 is a 64x64 progressive JPEG of about 3,000 scans."""
     ds = dataset("jpeg")
-    rh.replace_payload(ds, 0, _progressive_jpeg(3000), height=64, width=64,
+    rh.replace_payload(ds, 0, rh.progressive_jpeg(3000, subsampling=0), height=64, width=64,
                        decoded_nbytes=64 * 64 * 3)
     return ds
 

@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import io
 import os
 import stat
 import struct
@@ -117,34 +116,14 @@ def test_nothing_is_stored_that_the_reader_refuses_to_decode(tmp_path: Path,
     assert Image.MAX_IMAGE_PIXELS == 1000
 
 
-def _progressive_jpeg(extra_scans: int) -> bytes:
-    """A valid progressive JPEG, with its smallest scan repeated ``extra_scans`` times (what a
-    decoder must process scan by scan: a few hundred bytes each, a pass over the image each)."""
-    pixels = np.random.default_rng(1).integers(0, 256, (64, 64, 3), dtype=np.uint8)
-    buffer = io.BytesIO()
-    Image.fromarray(pixels).save(buffer, format="JPEG", progressive=True, quality=90)
-    data = buffer.getvalue()
-    scans, position = [], 2
-    while data[position + 1] != 0xD9:
-        marker = data[position + 1]
-        end = position + 2 + int.from_bytes(data[position + 2 : position + 4], "big")
-        if marker == 0xDA:
-            while data[end] != 0xFF or data[end + 1] == 0 or 0xD0 <= data[end + 1] <= 0xD7:
-                end += 1
-            scans.append((position, end))
-        position = end
-    start, end = min(scans, key=lambda s: s[1] - s[0])
-    return data[:position] + data[start:end] * extra_scans + data[position:]
-
-
 def test_progressive_jpeg_scans_are_bounded(tmp_path: Path) -> None:
     import detfmt
     from detfmt.writing import image as _image
 
-    normal = _progressive_jpeg(0)
+    normal = rh.progressive_jpeg(0)
     assert 1 < _image.count_jpeg_scans(normal) <= 20
     write([sample_with(normal)], tmp_path / "ok")
-    hostile = _progressive_jpeg(400)
+    hostile = rh.progressive_jpeg(400)
     assert _image.count_jpeg_scans(hostile) > _image.MAX_JPEG_SCANS
     with pytest.raises(detfmt.InvalidSampleError) as info:
         write([sample_with(hostile)], tmp_path / "ds")
