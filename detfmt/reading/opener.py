@@ -76,10 +76,15 @@ def split_location(path: str | os.PathLike[str], split: str) -> str:
     if name is None:
         raise errors.UsageError(f"no split {split!r}; this dataset has {sorted(index)}",
                                 path=text)
-    if is_remote(text):
-        return f"{text}/{index[name]}"
-    location = os.path.join(text, index[name])
-    _check_inside(text, location, name)
+    return _located(text, name, index[name])
+
+
+def _located(root: str, name: str, folder: str) -> str:
+    """Split ``name``'s location from its index entry ``folder`` (checked inside the root)."""
+    if is_remote(root):
+        return f"{root}/{folder}"
+    location = os.path.join(root, folder)
+    _check_inside(root, location, name)
     return location
 
 
@@ -125,7 +130,12 @@ def split_locations(path: str | os.PathLike[str]) -> dict[str, str] | None:
     index = read_split_index(text)
     if index is None:
         return None
-    return {name: split_location(text, name) for name in index}
+    text = text.rstrip("/")
+    bad = [name for name in index if not SPLIT_NAME.match(name)]
+    if bad:  # names become output file names (grid_val.png): plain names only
+        raise errors.UsageError(f"split names must be plain names such as 'train' or 'val', "
+                                f"got {bad[0]!r}", path=text)
+    return {name: _located(text, name, folder) for name, folder in index.items()}
 
 
 def dataset_parts(path: str | os.PathLike[str]) -> dict[str, str]:
