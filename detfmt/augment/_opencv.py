@@ -3,9 +3,11 @@
 Samples are uint8 HWC views of a channels_last batch, processed in a thread pool over samples
 (OpenCV releases the GIL; OpenCV itself at 1 thread). Per sample, the window of the source the
 output can reach (all of a plain image; part of a `Mosaic` canvas that is never built, see
-`TiledSource`) is staged as RGBA in per-thread scratch buffers (OpenCV's 4-channel bilinear warp
-is ~2.4x faster than its 3-channel one, same values), warped, optionally recoloured by
-`RandomHSV`, and written with ``dst=`` into a channels_last output. Semantics match
+`TiledSource`) is staged with a 1 px replicated border in per-thread scratch buffers, warped
+with ``BORDER_CONSTANT`` (OpenCV 5's vectorised warp covers that border mode, not
+``BORDER_TRANSPARENT``), optionally recoloured by `RandomHSV`, and written with ``dst=`` into a
+channels_last output. RGB stays RGB: with OpenCV 5 the 3-channel warp is the faster one and the
+HSV kernel reads RGB faster than RGBA (docs/bench/augment_cpu.md). Semantics match
 `_warp.warp_images` and `color.apply_hsv_gains` (docs/augment.md, "CPU backend").
 """
 
@@ -266,16 +268,14 @@ def _uncovered(
 
 
 def _read_window(
-    source: TiledSource, b: int, window: tuple[int, int, int, int], staged: int
+    source: TiledSource, b: int, window: tuple[int, int, int, int]
 ) -> np.ndarray:
     """Canvas b's pixels in ``window`` with a 1 px replicated border, as a (h + 2, w + 2,
-    staged) array in this thread's scratch (staged pixel p is window pixel p - 1).
+    C) array in this thread's scratch (staged pixel p is window pixel p - 1).
 
-    With ``staged`` = 4 for RGB, the window is copied as RGBA: OpenCV's bilinear warp of 4
-    channels is ~2.4x faster than of 3 (SIMD) and gives the same RGB values. The border makes a
-    ``BORDER_CONSTANT`` warp read the window's edge up to it (a replicated edge; OpenCV's own
-    ``BORDER_REPLICATE`` was ~2.5x slower per 640 px letterbox: it loses the fast path for
-    the pixels that map outside).
+    The border makes a ``BORDER_CONSTANT`` warp read the window's edge up to it (a
+    replicated edge; OpenCV's own ``BORDER_REPLICATE`` was ~2.5x slower per 640 px letterbox:
+    it loses the fast path for the pixels that map outside).
     """
     x0, y0, x1, y1 = window
     tiles = source.tiles[b]
@@ -283,13 +283,12 @@ def _read_window(
     for tile in tiles:
         if tile.covers(x0, y0, x1, y1):
             part = tile.array[y0 - tile.top : y1 - tile.top, x0 - tile.left : x1 - tile.left]
-            return _stage_crop(part, staged, "window")
-    out = _scratch("window", (y1 - y0 + 2, x1 - x0 + 2, staged))
+            return _stage_crop(part, "window")
+    out = _scratch("window", (y1 - y0 + 2, x1 - x0 + 2, channels))
     inner = out[1:-1, 1:-1]
     rects = [(t.x0, t.y0, t.x1, t.y1) for t in tiles]
     for fx0, fy0, fx1, fy1 in _uncovered(window, rects):
         _fill(inner[fy0 - y0 : fy1 - y0, fx0 - x0 : fx1 - x0], source.fill)
-    cv2 = _cv2()
     for tile in tiles:
         ix0, iy0 = max(tile.x0, x0), max(tile.y0, y0)
         ix1, iy1 = min(tile.x1, x1), min(tile.y1, y1)
@@ -297,10 +296,7 @@ def _read_window(
             continue
         part = tile.array[iy0 - tile.top : iy1 - tile.top, ix0 - tile.left : ix1 - tile.left]
         target = inner[iy0 - y0 : iy1 - y0, ix0 - x0 : ix1 - x0]
-        if staged == 4 and channels == 3:
-            cv2.cvtColor(part, cv2.COLOR_RGB2RGBA, dst=target)
-        else:
-            np.copyto(target, part)
+        np.copyto(target, part)
     _replicate_border(out)
     return out
 
@@ -388,19 +384,15 @@ def _plan_tiles(
     return plans
 
 
-def _stage_crop(part: np.ndarray, staged: int, name: str = "tile") -> np.ndarray:
-    """``part`` with a 1 px replicated border, as ``staged`` channels (RGB as RGBA), in scratch.
+def _stage_crop(part: np.ndarray, name: str = "tile") -> np.ndarray:
+    """``part`` with a 1 px replicated border, in scratch.
 
     The border lets bilinear samples near the crop's edge read the edge pixel (a replicated
     edge) instead of being skipped by ``BORDER_TRANSPARENT`` or blended with a constant.
     """
     height, width, channels = part.shape
-    out = _scratch(name, (height + 2, width + 2, staged))
-    inner = out[1:-1, 1:-1]
-    if staged == 4 and channels == 3:
-        _cv2().cvtColor(part, _cv2().COLOR_RGB2RGBA, dst=inner)
-    else:
-        np.copyto(inner, part)
+    out = _scratch(name, (height + 2, width + 2, channels))
+    np.copyto(out[1:-1, 1:-1], part)
     _replicate_border(out)
     return out
 
@@ -431,13 +423,12 @@ def _warp_tiles(
     dst: np.ndarray,
     *,
     fill: float,
-    staged: int,
     perspective: bool,
     axis_aligned: bool,
     flags: int,
     fill_gaps: bool = True,
 ) -> list[tuple[int, int, int, int]] | None:
-    """Warp each planned tile straight from its array into ``dst`` (H, W, staged), fill elsewhere.
+    """Warp each planned tile straight from its array into ``dst`` (H, W, C), fill elsewhere.
 
     Returns the rectangles (x0, y0, x1, y1) the tiles wrote, outside which ``dst`` is fill, for
     an axis-aligned map; None otherwise. ``fill_gaps=False`` leaves the pixels outside them
@@ -445,10 +436,12 @@ def _warp_tiles(
 
     Each ROI pixel gets one bilinear sample of the stored image (`_plan_tiles`), so a pixel is
     the tile under its centre and a tile edge is a cut, not a blend. For an axis-aligned map
-    the ROI is exactly the tile's pixels, written in place with ``BORDER_TRANSPARENT`` (the
-    staged border keeps edge pixels from being skipped). Under a rotation, shear or perspective
-    the tile is warped over its bounding box and copied through a mask of the pixels whose
-    centres the rectangle holds (a nearest-neighbour warp of the rectangle).
+    the ROI is exactly the tile's pixels, and each of them samples inside the staged crop (its
+    border holds the edge pixels), so ``BORDER_CONSTANT`` never blends in the constant and keeps
+    OpenCV 5's vectorised path (``BORDER_TRANSPARENT`` leaves it: ~3x slower). Under a
+    rotation, shear or perspective the tile is warped over its bounding box and copied through
+    a mask of the pixels whose centres the rectangle holds (a nearest-neighbour warp of the
+    rectangle).
     """
     cv2 = _cv2()
     content = None
@@ -463,12 +456,12 @@ def _warp_tiles(
     warp = cv2.warpPerspective if perspective else cv2.warpAffine
     for plan in plans:
         tile, (u0, v0, u1, v1), (ax0, ay0, ax1, ay1) = plan.tile, plan.roi, plan.crop
-        image = _stage_crop(tile.array[ay0:ay1, ax0:ax1], staged)
+        image = _stage_crop(tile.array[ay0:ay1, ax0:ax1])
         m = plan.inverse if perspective else plan.inverse[:2]
         roi = dst[v0:v1, u0:u1]
         if axis_aligned:
             warp(_plane(image), m, (u1 - u0, v1 - v0), dst=_plane(roi), flags=flags,
-                 borderMode=cv2.BORDER_TRANSPARENT)
+                 borderMode=cv2.BORDER_CONSTANT)
             continue
         warped = _scratch("tile_warped", roi.shape)
         warp(_plane(image), m, (u1 - u0, v1 - v0), dst=_plane(warped), flags=flags,
@@ -502,7 +495,7 @@ def warp_images_opencv(
     """`_warp.warp_images` for uint8 CPU images with ``cv2.warpAffine`` / ``warpPerspective``.
 
     Each sample reads only the window of its valid region the output can reach
-    (`source_windows`), RGB staged as RGBA with a 1 px replicated border. The region is cut
+    (`source_windows`), staged with a 1 px replicated border. The region is cut
     exactly, as in the torch path: it is warped with its edge replicated, then the pixels whose
     centres map outside it get ``fill`` (`_region_cut`), before any recolouring. ``source``
     replaces ``images`` with a `TiledSource` (a `Mosaic` canvas that is never built; its valid
@@ -532,7 +525,6 @@ def warp_images_opencv(
     flags = mode | cv2.WARP_INVERSE_MAP
     border = (float(fill),) * 4
     perspective = not affine_only
-    staged = 4 if channels == 3 else channels
     if hsv is not None and channels != 3:
         raise ValueError("hsv needs RGB images")
     native, tables, used = _hsv_tables(hsv) if hsv is not None else (None, None, None)
@@ -547,14 +539,14 @@ def warp_images_opencv(
     )
     axis_aligned = [m[0, 1] == 0 and m[1, 0] == 0 and not perspective for m in forward]
     # Warped straight into the output when nothing follows and the layouts agree, else into
-    # this thread's scratch (RGBA, or a planar output) and then recoloured/converted into it.
-    direct = tables is None and staged == channels and (not planar or channels == 1)
+    # this thread's scratch (a planar output) and then recoloured/converted into it.
+    direct = tables is None and (not planar or channels == 1)
 
     def warp_target(i: int) -> np.ndarray:
         if direct:
             target = targets[i]
             return target[0][..., None] if planar else target
-        return _scratch("warped", (out_h, out_w, staged))
+        return _scratch("warped", (out_h, out_w, channels))
 
     # Recoloured samples: where the warp knows which rectangles hold the sample (a scale and
     # translation), the scratch outside them is left unwritten and `_hsv_into` writes the
@@ -576,7 +568,6 @@ def warp_images_opencv(
                 plans[i],
                 warped,
                 fill=fill,
-                staged=staged,
                 perspective=perspective,
                 axis_aligned=axis_aligned[i],
                 flags=flags,
@@ -591,7 +582,7 @@ def warp_images_opencv(
             warped.fill(round(fill))
             finish(i, warped)
             return
-        image = _read_window(source, i, (x0, y0, x1, y1), staged)
+        image = _read_window(source, i, (x0, y0, x1, y1))
         # Staged coordinates: the inverse map followed by a shift of (1 - x0, 1 - y0).
         m = inverse[i].copy()
         m[0] -= (x0 - 1) * m[2]
@@ -632,16 +623,9 @@ def warp_images_opencv(
 
 
 def _convert_into(image: np.ndarray, dst: np.ndarray | list[np.ndarray]) -> None:
-    """A staged (H, W, S) image into an (H, W, C) view or a list of C planes (C <= S: RGBA
-    staging of RGB drops the alpha)."""
-    cv2 = _cv2()
+    """An (H, W, C) image into an (H, W, C) view or a list of C planes."""
     if isinstance(dst, list):
-        if len(dst) == image.shape[-1]:
-            cv2.split(image, dst)
-        else:
-            cv2.mixChannels([image], dst, [v for c in range(len(dst)) for v in (c, c)])
-    elif dst.shape[-1] == 3 and image.shape[-1] == 4:
-        cv2.cvtColor(image, cv2.COLOR_RGBA2RGB, dst=dst)
+        _cv2().split(image, dst)
     else:
         np.copyto(dst, image)
 
