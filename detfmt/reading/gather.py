@@ -36,6 +36,8 @@ __all__ = ["IO_MODES", "Gather", "Job", "Parts", "batch_buffer", "check_canvas",
            "single_part"]
 
 IO_MODES = ("mmap", "pread")
+# The DCT-domain scales libjpeg decodes at (1: the stored size), `Gather.scale`.
+DECODE_SCALES = (1, 2, 4, 8)
 _PARALLEL_BYTES = 4 << 20  # below this a batch is copied in the calling thread
 #: a padded batch may take this many bytes whatever its padding, and beyond that at most
 #: `PADDING_FACTOR` times its images' bytes (property 6 of docs/reliability.md)
@@ -535,6 +537,8 @@ class Gather:
                 classes[rows, :mk] = part_classes
                 for name, values in fields.items():
                     values[rows, :mk] = part_fields[name]
+        if job.stored is not None:  # decoded at a scale (`scale`): the boxes follow the pixels
+            boxes = boxes * _box_factors(job)[:, None, :]
         return boxes, classes, _slot_mask(job.counts, m), fields
 
     # ------------------------------------------------------------------ whole batches
@@ -555,8 +559,6 @@ class Gather:
         images = _output(out, b, height, width)
         threads = _thread_count(num_threads, images.nbytes, b)
         boxes, classes, mask, fields = self.labels(job, max_boxes)  # before any pixel is copied
-        if job.stored is not None:  # the boxes follow the pixels
-            boxes = boxes * _box_factors(job)[:, None, :]
         self.fill(job, images, pad_value, io=io, num_threads=threads)
         return NumpyBatch(images=images, sizes=job.sizes, boxes=np.ascontiguousarray(boxes),
                           classes=np.ascontiguousarray(classes), mask=mask, indices=job.indices,
@@ -566,11 +568,13 @@ class Gather:
         """Make the job decode its JPEG images at 1/``decode_scale`` (2, 4 or 8) in the DCT
         domain (libjpeg's scaled decode: 1.2-1.3x faster at 1/2 on 4:4:4 JPEGs, the entropy
         decode being the same; no resize pass): its sizes become ceil(stored / scale), the
-        boxes of `batch` are scaled alike. Only ever on request (the pixels differ from a full
+        boxes of `labels` are scaled alike. Only ever on request (the pixels differ from a full
         decode then resize); every sample must be JPEG-stored (other codecs have no cheap
         scaled decode), else a UsageError."""
-        if isinstance(decode_scale, bool) or decode_scale not in (1, 2, 4, 8):
-            raise errors.UsageError(f"decode_scale must be 1, 2, 4 or 8, got {decode_scale!r}")
+        if (isinstance(decode_scale, bool) or not isinstance(decode_scale, (int, np.integer))
+                or decode_scale not in DECODE_SCALES):
+            raise errors.UsageError(f"decode_scale must be one of {DECODE_SCALES}, got "
+                                    f"{decode_scale!r}")
         if decode_scale == 1 or not len(job):
             return
         other = np.flatnonzero(job.codecs != spec.CODEC_JPEG)

@@ -252,6 +252,7 @@ class Loader:
         self.io = delivery.io
         self.pad_value = int(delivery.pad_value)
         self.canvas = delivery.canvas
+        self.decode_scale = delivery.decode_scale
         self._gpu = None
         if delivery.gpu_decode:
             from detfmt.torch._gpu import GpuJpegDecoder
@@ -550,6 +551,7 @@ class Loader:
         if stop.is_set():
             raise cf.CancelledError
         job = self.engine.job(indices)
+        self.engine.scale(job, self.decode_scale)  # before the sizes are read
         if self.io == "pread" and self.order == "quasi_random":
             self.engine.advise(job)  # near-sequential reads: let the kernel read ahead
         height, width = self.canvas or tuple(max(1, v) for v in job.padded_shape(

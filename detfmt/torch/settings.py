@@ -18,7 +18,7 @@ import torch
 
 from detfmt.errors import UsageError
 from detfmt.order import DEFAULT_SHARD_WINDOW, EpochOrder
-from detfmt.reading.gather import IO_MODES, check_canvas
+from detfmt.reading.gather import DECODE_SCALES, IO_MODES, check_canvas
 
 __all__ = ["LEGACY_KEYWORDS", "Delivery", "Sampling"]
 
@@ -84,6 +84,11 @@ class Delivery:
             hundred numbers, where OpenMP's idle threads spin between them and cost CPU.
         transform_reseed: re-seed the transform's generators from (seed, epoch, batch position)
             so a resumed run repeats the same augmentation parameters (default True).
+        decode_scale: 2, 4 or 8 decodes JPEG-stored samples at that fraction of their stored
+            size in the DCT domain (libjpeg's scaled decode, ``ds.batch(decode_scale=)``):
+            ``sizes`` and boxes follow, images are smaller. For training well below the stored
+            size (stored at 1280, training at 640). 1 (default): the stored pixels. Every
+            sample must be JPEG-stored; not with ``gpu_decode``.
     """
 
     num_threads: int | None = None
@@ -99,6 +104,7 @@ class Delivery:
     transform_threads: int | None = None
     torch_threads: int | None = None
     transform_reseed: bool = True
+    decode_scale: int = 1
 
     def __post_init__(self) -> None:
         if self.layout not in ("CHW", "HWC"):
@@ -113,11 +119,21 @@ class Delivery:
                 raise UsageError(f"{name} must be an int >= {low}, got {value!r}")
         if self.canvas is not None:
             object.__setattr__(self, "canvas", check_canvas(self.canvas))
+        if (isinstance(self.decode_scale, bool) or not isinstance(self.decode_scale, int)
+                or self.decode_scale not in DECODE_SCALES):
+            raise UsageError(f"decode_scale must be one of {DECODE_SCALES}, got "
+                             f"{self.decode_scale!r}")
+        if self.decode_scale != 1 and self.gpu_decode:
+            raise UsageError("decode_scale is the CPU decoder's (libjpeg's scaled decode); "
+                             "gpu_decode decodes at the stored size: pass one of them")
 
 
+# The loader's former flat keywords: the settings that existed before the groups (a setting
+# added since is only spelt inside its group).
 LEGACY_KEYWORDS: dict[str, type] = {
     **{field.name: Sampling for field in dataclasses.fields(Sampling)},
-    **{field.name: Delivery for field in dataclasses.fields(Delivery)},
+    **{field.name: Delivery for field in dataclasses.fields(Delivery)
+       if field.name != "decode_scale"},
 }
 
 
