@@ -8,7 +8,10 @@ seconds (all threads; less sensitive to other jobs' load); ratios base / new, > 
   a JPEG copy of ``--data`` (a YOLO tree) at long side 640;
 - ``batch_out``: ``ds.batch(32 indices, out=reused)`` over the raw copy, every batch;
 - ``verify``: ``detfmt.verify`` of the JPEG copy (decodes every payload);
-- ``write``: ``detfmt.write`` of 64 raw 480x640 samples.
+- ``write``: ``detfmt.write`` of 64 raw 480x640 samples;
+- ``yolo_train_raw`` / ``yolo_train_jpeg``: an epoch of ``Loader(ds, 8, transform=yolo_train(640))``
+  with one loader thread and one torch thread (the training-data path of
+  ``tools/bench_train.py`` without Ultralytics), over the raw / JPEG copy.
 
     git archive BASE detfmt | tar -x -C ../base-tree
     python tools/bench_ab.py --base ../base-tree --new . --data ../shared/data/coco128-yolo
@@ -52,6 +55,17 @@ if which == "read":
     timed("batch_out", lambda: [ds.batch(range(s, s + 32), out=buf)
                                 for s in range(0, len(ds) - 31, 32)])
     timed("verify", lambda: detfmt.verify(work / "jpeg"))
+elif which == "augment":
+    import torch
+    from detfmt.augment.presets import yolo_train
+    from detfmt.torch import Delivery, Loader
+    torch.set_num_threads(1)
+    for name in ("raw", "jpeg"):
+        transform = yolo_train(640, buffer_size=64, generator=torch.Generator(),
+                               memory_format=torch.contiguous_format)
+        loader = Loader(work / name, 8, shuffle=True, seed=0, transform=transform,
+                        delivery=Delivery(num_threads=1, transform_threads=1, torch_threads=1))
+        timed("yolo_train_" + name, lambda: [None for _ in loader])
 else:
     rng = np.random.default_rng(0)
     samples = [{"image": rng.integers(0, 256, (480, 640, 3), dtype=np.uint8),
@@ -62,6 +76,11 @@ else:
             detfmt.write(samples, Path(tmp) / "w", classes=["a"], codec="raw")
     timed("write", write)
 print(json.dumps(out))
+"""
+# Each child checks that the detfmt it measured is the tree it was given.
+IMPORTED = r"""
+tree = Path(sys.argv[4]).resolve()
+assert Path(detfmt.__file__).resolve().is_relative_to(tree), (detfmt.__file__, str(tree))
 """
 
 
@@ -87,14 +106,19 @@ def main() -> None:
             "    from_yolo(src / 'images', src / 'object_detection' / 'labels', work / codec,\n"
             "              names=src / 'object_detection' / 'config.yaml', max_side=640,\n"
             "              codec=codec)\n")
-        subprocess.run([sys.executable, "-c", prep, args.data, str(work)], env=env, check=True)
+        # Children run in the scratch directory: ``python -c`` puts the working directory first
+        # on sys.path, so from a checkout both sides would import its detfmt, not PYTHONPATH's.
+        data = str(Path(args.data).resolve())
+        subprocess.run([sys.executable, "-c", prep, data, str(work)], env=env, check=True,
+                       cwd=work)
         for r in range(args.rounds):
             for side in ("base", "new") if r % 2 == 0 else ("new", "base"):
                 env = dict(os.environ, PYTHONPATH=trees[side])
-                for which in ("read", "write"):
-                    got = subprocess.run([sys.executable, "-c", CHILD, str(work), which,
-                                          str(args.repeat)],
-                                         env=env, capture_output=True, text=True, check=True)
+                for which in ("read", "write", "augment"):
+                    got = subprocess.run([sys.executable, "-c", CHILD + IMPORTED, str(work),
+                                          which, str(args.repeat), trees[side]],
+                                         env=env, capture_output=True, text=True, check=True,
+                                         cwd=work)
                     for k, v in json.loads(got.stdout.strip().splitlines()[-1]).items():
                         times[side].setdefault(k, []).append(v)
             print(r, {side: {k: round(v[-1], 3) for k, v in t.items()}

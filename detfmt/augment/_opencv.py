@@ -388,12 +388,15 @@ def _stage_crop(part: np.ndarray, name: str = "tile") -> np.ndarray:
     """``part`` with a 1 px replicated border, in scratch.
 
     The border lets bilinear samples near the crop's edge read the edge pixel (a replicated
-    edge) instead of being skipped by ``BORDER_TRANSPARENT`` or blended with a constant.
+    edge) instead of being blended with the constant of a ``BORDER_CONSTANT`` warp. One
+    ``copyMakeBorder`` (the copy and the ring in one pass; numpy's column copies of a
+    3-channel ring are strided byte loops).
     """
     height, width, channels = part.shape
     out = _scratch(name, (height + 2, width + 2, channels))
-    np.copyto(out[1:-1, 1:-1], part)
-    _replicate_border(out)
+    if height and width:
+        cv2 = _cv2()
+        cv2.copyMakeBorder(part, 1, 1, 1, 1, cv2.BORDER_REPLICATE, dst=out)
     return out
 
 
