@@ -44,3 +44,40 @@ def test_a_bad_payload_fails_on_every_read(tmp_path):
     for _ in range(2):
         with pytest.raises(errors.DecodeError):
             ds.batch([0, 1, 2], num_threads=1)
+
+
+def test_read_image_walks_once_and_equals_the_batch(tmp_path, monkeypatch):
+    ds = make_dataset(tmp_path / "ds", varied_shapes(4, seed=3), codec="jpeg")
+    calls = []
+    check = codecs.check_jpeg
+
+    def counting(payload, height, width, *, path, index):
+        calls.append(index)
+        check(payload, height, width, path=path, index=index)
+
+    monkeypatch.setattr(codecs, "check_jpeg", counting)
+    first = [ds.read_image(i) for i in range(4)]
+    assert sorted(calls) == [0, 1, 2, 3]
+    again = [ds[i].image for i in range(4)]
+    assert len(calls) == 4  # not walked again
+    batch = ds.batch(range(4), num_threads=1)
+    for i, (a, b) in enumerate(zip(first, again, strict=True)):
+        h, w = a.shape[:2]
+        assert np.array_equal(a, b) and np.array_equal(a, batch.images[i, :h, :w])
+
+
+def test_read_image_of_a_bad_payload_fails_every_time(tmp_path):
+    ds = make_dataset(tmp_path / "ds", varied_shapes(3, seed=2), codec="jpeg")
+    start = int(ds.offsets[1])
+    blob = next(p for p in (tmp_path / "ds").iterdir() if p.name.startswith("images"))
+    del ds
+    with open(blob, "r+b") as f:  # SOI -> not a JPEG (J1)
+        f.seek(start)
+        f.write(b"\x00")
+    import detfmt
+
+    ds = detfmt.open(tmp_path / "ds")
+    ds.read_image(0)
+    for _ in range(2):
+        with pytest.raises(errors.DecodeError):
+            ds.read_image(1)
