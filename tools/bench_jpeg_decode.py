@@ -12,6 +12,8 @@ each decoding every payload once; images/s, medians over rounds:
 - ``pyturbojpeg``: only where ``turbojpeg`` imports and finds a libturbojpeg;
 - ``detfmt_decode``: ``detfmt.format.codecs.decode_into`` into a reused array (the structure
   checks of SPEC §9.3, the header check, the decode);
+- ``detfmt_read_image``: ``ds.read_image(i)``, a new array per sample (the structure walked
+  once per sample and process, as every read path does);
 - ``detfmt_batch``: ``ds.batch`` of ``--batch`` samples into a new array (decode into the
   padded batch slots; default threads), ``_t1`` on one thread, ``_out`` on one thread into a
   reused ``out=`` buffer (what the Loader does); ``before_batch_out`` the same as it was before
@@ -110,6 +112,11 @@ def sides_for(ds, payloads: list[bytes], batch: int) -> dict[str, Callable[[], i
                                path="-", index=0)
         return n
 
+    def detfmt_read_image() -> int:  # a new array per sample, as `simplejpeg` gives
+        for i in range(n):
+            ds.read_image(i)
+        return n
+
     def detfmt_batch(**kwargs) -> Callable[[], int]:
         def run() -> int:
             for start in range(0, n, batch):
@@ -124,7 +131,8 @@ def sides_for(ds, payloads: list[bytes], batch: int) -> dict[str, Callable[[], i
         return n
 
     out = {"simplejpeg": sj, "simplejpeg_buffer": sj_buffer, "cv2": cv, "cv2_bgr": cv_bgr,
-           "pil": pil, "detfmt_decode": detfmt_decode, "detfmt_batch": detfmt_batch(),
+           "pil": pil, "detfmt_decode": detfmt_decode, "detfmt_read_image": detfmt_read_image,
+           "detfmt_batch": detfmt_batch(),
            "detfmt_batch_t1": detfmt_batch(num_threads=1),
            "detfmt_batch_out": detfmt_batch(num_threads=1, out=reused),
            "before_batch_out": before_batch_out,

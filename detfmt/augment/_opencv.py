@@ -7,7 +7,7 @@ output can reach (all of a plain image; part of a `Mosaic` canvas that is never 
 with ``BORDER_CONSTANT`` (OpenCV 5's vectorised warp covers that border mode, not
 ``BORDER_TRANSPARENT``), optionally recoloured by `RandomHSV`, and written with ``dst=`` into a
 channels_last output. RGB stays RGB: with OpenCV 5 the 3-channel warp is the faster one and the
-HSV kernel reads RGB faster than RGBA (docs/bench/augment_cpu.md). Semantics match
+HSV kernel reads RGB faster than RGBA (docs/bench/warp_staging.md). Semantics match
 `_warp.warp_images` and `color.apply_hsv_gains` (docs/augment.md, "CPU backend").
 """
 
