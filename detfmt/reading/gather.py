@@ -32,8 +32,8 @@ from detfmt.format.records import NumpyBatch, batch_indices
 from detfmt.reading import buffers
 from detfmt.reading import kernel as _kernel
 
-__all__ = ["IO_MODES", "Gather", "Job", "Parts", "batch_buffer", "check_canvas", "check_padding",
-           "single_part"]
+__all__ = ["DECODE_SCALES", "IO_MODES", "Gather", "Job", "Parts", "batch_buffer", "check_canvas",
+           "check_decode_scale", "check_padding", "single_part"]
 
 IO_MODES = ("mmap", "pread")
 # The DCT-domain scales libjpeg decodes at (1: the stored size), `Gather.scale`.
@@ -571,10 +571,7 @@ class Gather:
         boxes of `labels` are scaled alike. Only ever on request (the pixels differ from a full
         decode then resize); every sample must be JPEG-stored (other codecs have no cheap
         scaled decode), else a UsageError."""
-        if (isinstance(decode_scale, bool) or not isinstance(decode_scale, (int, np.integer))
-                or decode_scale not in DECODE_SCALES):
-            raise errors.UsageError(f"decode_scale must be one of {DECODE_SCALES}, got "
-                                    f"{decode_scale!r}")
+        decode_scale = check_decode_scale(decode_scale)
         if decode_scale == 1 or not len(job):
             return
         other = np.flatnonzero(job.codecs != spec.CODEC_JPEG)
@@ -626,6 +623,16 @@ def check_canvas(canvas: tuple[int, int]) -> tuple[int, int]:
     if not (1 <= height <= spec.MAX_SIDE and 1 <= width <= spec.MAX_SIDE):
         raise errors.UsageError(f"canvas sides must be in 1..{spec.MAX_SIDE}, got {canvas!r}")
     return height, width
+
+
+def check_decode_scale(decode_scale: int) -> int:
+    """``decode_scale`` as an int of `DECODE_SCALES`, or a typed error (a bool or a float such
+    as 2.0 is refused: the sizes it gives are integer arithmetic)."""
+    if (isinstance(decode_scale, bool) or not isinstance(decode_scale, (int, np.integer))
+            or decode_scale not in DECODE_SCALES):
+        raise errors.UsageError(f"decode_scale must be one of {DECODE_SCALES}, got "
+                                f"{decode_scale!r}")
+    return int(decode_scale)
 
 
 def _output(out: np.ndarray | None, b: int, h: int, w: int) -> np.ndarray:

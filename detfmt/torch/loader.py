@@ -551,7 +551,8 @@ class Loader:
         if stop.is_set():
             raise cf.CancelledError
         job = self.engine.job(indices)
-        self.engine.scale(job, self.decode_scale)  # before the sizes are read
+        if self.decode_scale != 1:  # before the sizes are read
+            self.engine.scale(job, self.decode_scale)
         if self.io == "pread" and self.order == "quasi_random":
             self.engine.advise(job)  # near-sequential reads: let the kernel read ahead
         height, width = self.canvas or tuple(max(1, v) for v in job.padded_shape(

@@ -18,7 +18,7 @@ import torch
 
 from detfmt.errors import UsageError
 from detfmt.order import DEFAULT_SHARD_WINDOW, EpochOrder
-from detfmt.reading.gather import DECODE_SCALES, IO_MODES, check_canvas
+from detfmt.reading.gather import IO_MODES, check_canvas, check_decode_scale
 
 __all__ = ["LEGACY_KEYWORDS", "Delivery", "Sampling"]
 
@@ -119,10 +119,7 @@ class Delivery:
                 raise UsageError(f"{name} must be an int >= {low}, got {value!r}")
         if self.canvas is not None:
             object.__setattr__(self, "canvas", check_canvas(self.canvas))
-        if (isinstance(self.decode_scale, bool) or not isinstance(self.decode_scale, int)
-                or self.decode_scale not in DECODE_SCALES):
-            raise UsageError(f"decode_scale must be one of {DECODE_SCALES}, got "
-                             f"{self.decode_scale!r}")
+        object.__setattr__(self, "decode_scale", check_decode_scale(self.decode_scale))
         if self.decode_scale != 1 and self.gpu_decode:
             raise UsageError("decode_scale is the CPU decoder's (libjpeg's scaled decode); "
                              "gpu_decode decodes at the stored size: pass one of them")
