@@ -64,9 +64,7 @@ def split_location(path: str | os.PathLike[str], split: str) -> str:
         UnsafePathError: the split folder is a symbolic link (``PATH_UNSAFE``): a split root
             serves only the folders inside it.
     """
-    if not isinstance(split, str) or not SPLIT_NAME.match(split) or split in (".", ".."):
-        raise errors.UsageError(f"split must be a plain name such as 'train' or 'val', got "
-                                f"{split!r}")
+    _check_split_name(split)
     text = os.fspath(path).rstrip("/")
     index = read_split_index(text)
     if index is None:
@@ -77,6 +75,14 @@ def split_location(path: str | os.PathLike[str], split: str) -> str:
         raise errors.UsageError(f"no split {split!r}; this dataset has {sorted(index)}",
                                 path=text)
     return _located(text, name, index[name])
+
+
+def _check_split_name(name: object, where: str | None = None) -> None:
+    """A split name is a plain name (`SPLIT_NAME`: it starts with a letter or digit, so never
+    ``.`` or ``..``): names become paths and output file names (``grid_val.png``)."""
+    if not isinstance(name, str) or not SPLIT_NAME.match(name):
+        raise errors.UsageError(f"split names must be plain names such as 'train' or 'val', "
+                                f"got {name!r}", path=where)
 
 
 def _located(root: str, name: str, folder: str) -> str:
@@ -131,10 +137,8 @@ def split_locations(path: str | os.PathLike[str]) -> dict[str, str] | None:
     if index is None:
         return None
     text = text.rstrip("/")
-    bad = [name for name in index if not SPLIT_NAME.match(name)]
-    if bad:  # names become output file names (grid_val.png): plain names only
-        raise errors.UsageError(f"split names must be plain names such as 'train' or 'val', "
-                                f"got {bad[0]!r}", path=text)
+    for name in index:
+        _check_split_name(name, text)
     return {name: _located(text, name, folder) for name, folder in index.items()}
 
 
