@@ -28,6 +28,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from benchpaths import load_average, load_line, publish
+
 CHILD = r"""
 import json, resource, sys, time, tempfile
 from pathlib import Path
@@ -93,7 +95,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
-    before = "{:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
+    before = load_average()
     trees = {"base": str(Path(args.base).resolve()), "new": str(Path(args.new).resolve())}
     times: dict[str, dict[str, list[float]]] = {"base": {}, "new": {}}
     with tempfile.TemporaryDirectory() as tmp:
@@ -130,12 +132,8 @@ def main() -> None:
     for k in times["new"]:
         b, n = statistics.median(times["base"][k]), statistics.median(times["new"][k])
         lines.append(f"| {k} | {b:.3f} | {n:.3f} | {b / n:.2f}x |")
-    after = "{:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
-    lines += ["", f"Load average before: {before}; after: {after} ({os.cpu_count()} CPUs)."]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text)
+    lines += ["", load_line(before)]
+    publish(lines, args.out)
 
 
 if __name__ == "__main__":

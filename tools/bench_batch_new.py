@@ -30,12 +30,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+from benchpaths import load_average, load_line, publish
 
 import detfmt
-
-
-def load() -> str:
-    return "{:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
 
 
 def write(path: Path, n: int, h: int, w: int, mixed: bool) -> None:
@@ -83,7 +80,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
-    load_before = load()
+    load_before = load_average()
     lines = [f"`python tools/bench_batch_new.py {' '.join(sys.argv[1:])}`", "",
              f"{args.samples} x {args.size[0]}x{args.size[1]} raw images, {args.rounds} "
              f"interleaved rounds of {args.reps} calls, medians of per-round ratios to `loop`.",
@@ -115,12 +112,8 @@ def main() -> None:
             for name, values in ratios.items():
                 lines.append(f"| {data} | {name} | {statistics.median(values):.2f}x | "
                              f"{min(values):.2f}x | {max(values):.2f}x |")
-    lines += ["", f"Load average before: {load_before}; after: {load()} (os.getloadavg, "
-              f"{os.cpu_count()} CPUs)."]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text)
+    lines += ["", load_line(load_before)]
+    publish(lines, args.out)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from benchpaths import load_average, load_line, publish
+
 CHILD = r"""
 import json, os, resource, sys, time
 t0 = time.perf_counter()
@@ -49,10 +51,6 @@ time.sleep(drain)
 out["exit_cpu"] = cpu()
 print(json.dumps(out))
 """
-
-
-def load() -> str:
-    return "{:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
 
 
 def make(path: Path, n: int, h: int, w: int) -> None:
@@ -84,7 +82,7 @@ def main() -> None:
     parser.add_argument("--drain", type=float, default=0.0)
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
-    load_before = load()
+    load_before = load_average()
     rows: dict[str, list[dict[str, float]]] = {"cold": [], "warm": [], "cold_before": []}
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "ds"
@@ -111,12 +109,8 @@ def main() -> None:
     extra = med["cold"]["first_cpu"] - med["warm"]["first_cpu"]
     before = med["cold_before"]["first_cpu"] - med["warm"]["first_cpu"]
     lines += ["", f"cold - warm at first batch: {extra:.1f} CPU-s (before: {before:.1f}). "
-              f"Load average before: {load_before}; after: {load()} (os.getloadavg, "
-              f"{os.cpu_count()} CPUs)."]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text)
+              + load_line(load_before)]
+    publish(lines, args.out)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import os
 import statistics
 import sys
 import tempfile
@@ -42,14 +41,11 @@ from pathlib import Path
 import cv2
 import numpy as np
 import simplejpeg
+from benchpaths import load_average, load_line, publish
 from PIL import Image
 
 import detfmt
 from detfmt.format import codecs, spec
-
-
-def load() -> str:
-    return "{:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
 
 
 def decode_half(payload: bytes, shape: tuple[int, int]) -> np.ndarray:
@@ -161,7 +157,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
-    load_before = load()
+    load_before = load_average()
     with tempfile.TemporaryDirectory() as tmp:
         from detfmt.convert import from_yolo
 
@@ -196,13 +192,9 @@ def main() -> None:
              "| side | images/s | ratio to baseline |", "|---|---|---|"]
     for name in names:
         lines.append(f"| {name} | {med[name]:.1f} | {med[name] / med[best]:.2f}x |")
-    lines += ["", f"Load average before: {load_before}; after: {load()} (os.getloadavg, "
-              f"{os.cpu_count()} CPUs). simplejpeg {simplejpeg.__version__}, OpenCV "
+    lines += ["", f"{load_line(load_before)} simplejpeg {simplejpeg.__version__}, OpenCV "
               f"{cv2.__version__}."]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text)
+    publish(lines, args.out)
 
 
 if __name__ == "__main__":

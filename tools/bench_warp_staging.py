@@ -10,14 +10,13 @@ the staging the augmentation used before (RGBA, ``BORDER_TRANSPARENT`` for mosai
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import cv2
 import numpy as np
+from benchpaths import load_average, load_line, publish
 
 
 def per_call(fn: Callable[[], object], calls: int) -> float:
@@ -34,7 +33,7 @@ def main() -> None:
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     cv2.setNumThreads(1)
-    load_before = "{:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
+    load_before = load_average()
     rng = np.random.default_rng(0)
     rgb = rng.integers(0, 256, (482, 642, 3), dtype=np.uint8)  # a staged 480x640 crop
     rgba = cv2.cvtColor(rgb, cv2.COLOR_RGB2RGBA)
@@ -81,7 +80,6 @@ def main() -> None:
     for r in range(args.rounds):
         for name in names if r % 2 == 0 else names[::-1]:
             times[name].append(per_call(sides[name], args.calls))
-    load_after = "{:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
     lines = [f"`python tools/bench_warp_staging.py --rounds {args.rounds} --calls {args.calls}`",
              "", f"OpenCV {cv2.__version__}, one thread, {args.rounds} interleaved rounds of "
              f"{args.calls} calls; median ms per call (min-max over rounds).", "",
@@ -90,12 +88,8 @@ def main() -> None:
         values = times[name]
         lines.append(f"| {name} | {statistics.median(values):.3f} | "
                      f"{min(values):.3f}-{max(values):.3f} |")
-    lines += ["", f"Load average before: {load_before}; after: {load_after} "
-              f"({os.cpu_count()} CPUs)."]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text)
+    lines += ["", load_line(load_before)]
+    publish(lines, args.out)
 
 
 if __name__ == "__main__":
