@@ -12,9 +12,9 @@ from detfmt.format import codecs
 from tests.datasets import make_dataset, varied_shapes
 
 
-def test_structure_checked_once_per_sample(tmp_path, monkeypatch):
-    ds = make_dataset(tmp_path / "ds", varied_shapes(6, seed=2), codec="jpeg")
-    calls = []
+def _count_walks(monkeypatch) -> list[int]:
+    """The sample indices `codecs.check_jpeg` (the SPEC §9.3 walk) is called with, in order."""
+    calls: list[int] = []
     check = codecs.check_jpeg
 
     def counting(payload, height, width, *, path, index):
@@ -22,6 +22,26 @@ def test_structure_checked_once_per_sample(tmp_path, monkeypatch):
         check(payload, height, width, path=path, index=index)
 
     monkeypatch.setattr(codecs, "check_jpeg", counting)
+    return calls
+
+
+def _with_sample_1_broken(tmp_path):
+    """A 3-sample JPEG dataset whose sample 1 does not start with SOI (J1), opened afresh."""
+    import detfmt
+
+    ds = make_dataset(tmp_path / "ds", varied_shapes(3, seed=2), codec="jpeg")
+    start = int(ds.offsets[1])
+    blob = next(p for p in (tmp_path / "ds").iterdir() if p.name.startswith("images"))
+    del ds
+    with open(blob, "r+b") as f:
+        f.seek(start)
+        f.write(b"\x00")
+    return detfmt.open(tmp_path / "ds")
+
+
+def test_structure_checked_once_per_sample(tmp_path, monkeypatch):
+    ds = make_dataset(tmp_path / "ds", varied_shapes(6, seed=2), codec="jpeg")
+    calls = _count_walks(monkeypatch)
     first = ds.batch([0, 1, 2, 3, 4, 5], num_threads=1)
     assert sorted(calls) == [0, 1, 2, 3, 4, 5]
     second = ds.batch([5, 4, 3, 2, 1, 0], num_threads=1)
@@ -30,16 +50,7 @@ def test_structure_checked_once_per_sample(tmp_path, monkeypatch):
 
 
 def test_a_bad_payload_fails_on_every_read(tmp_path):
-    ds = make_dataset(tmp_path / "ds", varied_shapes(3, seed=2), codec="jpeg")
-    start = int(ds.offsets[1])
-    blob = next(p for p in (tmp_path / "ds").iterdir() if p.name.startswith("images"))
-    del ds
-    with open(blob, "r+b") as f:  # SOI -> not a JPEG (J1)
-        f.seek(start)
-        f.write(b"\x00")
-    import detfmt
-
-    ds = detfmt.open(tmp_path / "ds")
+    ds = _with_sample_1_broken(tmp_path)
     ds.batch([0, 2])
     for _ in range(2):
         with pytest.raises(errors.DecodeError):
@@ -48,14 +59,7 @@ def test_a_bad_payload_fails_on_every_read(tmp_path):
 
 def test_read_image_walks_once_and_equals_the_batch(tmp_path, monkeypatch):
     ds = make_dataset(tmp_path / "ds", varied_shapes(4, seed=3), codec="jpeg")
-    calls = []
-    check = codecs.check_jpeg
-
-    def counting(payload, height, width, *, path, index):
-        calls.append(index)
-        check(payload, height, width, path=path, index=index)
-
-    monkeypatch.setattr(codecs, "check_jpeg", counting)
+    calls = _count_walks(monkeypatch)
     first = [ds.read_image(i) for i in range(4)]
     assert sorted(calls) == [0, 1, 2, 3]
     again = [ds[i].image for i in range(4)]
@@ -67,16 +71,7 @@ def test_read_image_walks_once_and_equals_the_batch(tmp_path, monkeypatch):
 
 
 def test_read_image_of_a_bad_payload_fails_every_time(tmp_path):
-    ds = make_dataset(tmp_path / "ds", varied_shapes(3, seed=2), codec="jpeg")
-    start = int(ds.offsets[1])
-    blob = next(p for p in (tmp_path / "ds").iterdir() if p.name.startswith("images"))
-    del ds
-    with open(blob, "r+b") as f:  # SOI -> not a JPEG (J1)
-        f.seek(start)
-        f.write(b"\x00")
-    import detfmt
-
-    ds = detfmt.open(tmp_path / "ds")
+    ds = _with_sample_1_broken(tmp_path)
     ds.read_image(0)
     for _ in range(2):
         with pytest.raises(errors.DecodeError):
