@@ -138,8 +138,9 @@ class Dataset(EpochIteration):
         # says how far (zeroed pages: nothing is allocated for samples never read).
         self._state = _zeroed_bytes(len(self.index))
         # Per sample, whether its payload passed the SPEC §9 structure checks in this process:
-        # the bytes are immutable once committed, so later reads decode without the walk.
-        self._payload_checked = _zeroed_bytes(len(self.index))
+        # the bytes are immutable once committed, so later reads (`read_image`, the engine's
+        # batches) decode without the walk.
+        self.payload_checked = _zeroed_bytes(len(self.index))
         self._broken = False  # some sample's labels break a rule
         self._lock = threading.Lock()
         self._sizes: np.ndarray | None = None
@@ -495,11 +496,11 @@ class Dataset(EpochIteration):
             np.copyto(out, self.blob[start : start + h * w * 3].reshape(h, w, 3))
             return
         payload = self.blob[start : start + int(self.nbytes[i])]
-        checked = bool(self._payload_checked[i])
+        checked = bool(self.payload_checked[i])
         codecs.decode_into(payload, codec, out, path=self.blob_path, index=i,
                            structure_checked=checked)
         if not checked:
-            self._payload_checked[i] = 1
+            self.payload_checked[i] = 1
 
     def read_image(self, index: int) -> np.ndarray:
         """The image of one sample: a read-only zero-copy view for raw, a new array otherwise."""

@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any, Protocol
@@ -107,6 +106,9 @@ class Part(Protocol):
     blob: np.ndarray
     fixed_images: np.ndarray | None
     blob_path: str
+    #: per sample, nonzero once its compressed payload passed the SPEC §9 structure checks in
+    #: this process (one memo per part, shared by every read path)
+    payload_checked: np.ndarray
 
     @property
     def blob_member(self) -> Any: ...
@@ -237,10 +239,6 @@ class Gather:
         self.parts = parts
         self.where = where
         self._scratch = _Scratch()
-        # per part, the samples whose compressed payload passed the SPEC §9 structure checks
-        # (each decode after the first skips the marker walk); weak: a part may be reopened
-        self._structure_ok: weakref.WeakKeyDictionary[Any, np.ndarray] = \
-            weakref.WeakKeyDictionary()
 
     @property
     def num_samples(self) -> int:
@@ -443,9 +441,7 @@ class Gather:
             payload = self._scratch.take("payload", nbytes)
             _pread(reader.pread_fd(), payload, reader.blob_member.base + offset,
                    reader.blob_path, li)
-        seen = self._structure_ok.get(reader)
-        if seen is None:
-            seen = self._structure_ok.setdefault(reader, np.zeros(len(reader.heights), bool))
+        seen = reader.payload_checked  # each decode after the first skips the marker walk
         checked = bool(seen[li])
         # the slot is as wide as the image: decode straight into it (the decoders write rows
         # back to back), else into a scratch image and copy (~5% of a decode)
@@ -456,7 +452,7 @@ class Gather:
         if target is not dst:
             np.copyto(dst, target)
         if not checked and mmap_io:  # a pread reads the bytes afresh: checked every time
-            seen[li] = True
+            seen[li] = 1
 
     def payload(self, job: Job, j: int) -> np.ndarray:
         """The stored bytes of the job's sample ``j`` (a read-only view of its part's mapping)."""
